@@ -1,0 +1,139 @@
+"""Config schema shared by every cmlm_tf experiment.
+
+Every objective (CMLM, bitext retrieval, momentum contrast, NLI, BGT) trains the same
+sentence encoder described by `EncoderConfig` and tokenises with `TokenizerConfig`, so a
+`warm_start.yaml` written by `cmlm_tf.convert_hf_bert` fits every experiment. Later
+experiments extend `SentenceTaskConfig`; they never fork it.
+"""
+
+import dataclasses
+from typing import List, Optional
+
+from official.core import config_definitions as cfg
+from official.modeling import hyperparams
+
+POOLING_MODES = ("mean", "cls", "max")
+TOKENIZER_TYPES = ("wordpiece", "sentencepiece")
+
+
+@dataclasses.dataclass
+class EncoderConfig(hyperparams.Config):
+    """A BERT encoder (Model Garden `BertEncoderV2`) plus pooling and optional projection.
+
+    `hidden_activation`: `gelu_exact` (erf, as Hugging Face BERT), `gelu_approx` (tanh, what
+    Model Garden calls `gelu`), or any other Model Garden activation name (`relu`, `swish`...).
+    `projection_size`: 0 for none, else a linear layer after pooling.
+    `normalize`: whether the exported `default` output is L2-normalised.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_activation: str = "gelu_exact"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    initializer_range: float = 0.02
+    pooling: str = "mean"
+    projection_size: int = 0
+    normalize: bool = True
+
+
+@dataclasses.dataclass
+class TokenizerConfig(hyperparams.Config):
+    """How text becomes token ids. SentencePiece models are read from `sp_model_file`."""
+
+    type: str = "wordpiece"
+    vocab_file: str = ""
+    sp_model_file: str = ""
+    lower_case: bool = True
+
+
+@dataclasses.dataclass
+class SentenceModelConfig(hyperparams.Config):
+    encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
+    tokenizer: TokenizerConfig = dataclasses.field(default_factory=TokenizerConfig)
+
+
+@dataclasses.dataclass
+class TextDataConfig(cfg.DataConfig):
+    """Data fields only; the task decides what the records mean."""
+
+    seq_length: int = 128
+    file_type: str = ""
+
+
+@dataclasses.dataclass
+class SentenceTaskConfig(cfg.TaskConfig):
+    """Fields every cmlm_tf task has.
+
+    `init_checkpoint` restores `checkpoint_items["encoder"]` strictly (a converter checkpoint or
+    a training checkpoint; both hold `encoder` at their root).
+    """
+
+    init_checkpoint: str = ""
+    model: SentenceModelConfig = dataclasses.field(default_factory=SentenceModelConfig)
+    train_data: TextDataConfig = dataclasses.field(default_factory=TextDataConfig)
+    bitext_data: TextDataConfig = dataclasses.field(default_factory=TextDataConfig)
+    nli_data: TextDataConfig = dataclasses.field(default_factory=TextDataConfig)
+    validation_data: TextDataConfig = dataclasses.field(default_factory=TextDataConfig)
+    dev_sts_file: str = ""
+    dev_retrieval_files: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SentenceExperimentConfig(cfg.ExperimentConfig):
+    task: SentenceTaskConfig = dataclasses.field(default_factory=SentenceTaskConfig)
+
+
+def validate_model_config(model: SentenceModelConfig) -> None:
+    """Raises ValueError naming the first field of `task.model` that cannot work."""
+    enc = model.encoder
+    prefix = "task.model.encoder."
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_attention_heads",
+                 "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        if getattr(enc, name) <= 0:
+            raise ValueError(f"{prefix}{name} must be positive, got {getattr(enc, name)}")
+    if enc.hidden_size % enc.num_attention_heads:
+        raise ValueError(
+            f"{prefix}hidden_size ({enc.hidden_size}) must be a multiple of "
+            f"{prefix}num_attention_heads ({enc.num_attention_heads})")
+    if enc.pooling not in POOLING_MODES:
+        raise ValueError(f"{prefix}pooling must be one of {POOLING_MODES}, got {enc.pooling!r}")
+    if enc.projection_size < 0:
+        raise ValueError(f"{prefix}projection_size must be >= 0, got {enc.projection_size}")
+    tok = model.tokenizer
+    if tok.type not in TOKENIZER_TYPES:
+        raise ValueError(
+            f"task.model.tokenizer.type must be one of {TOKENIZER_TYPES}, got {tok.type!r}")
+
+
+def load_experiment_config(
+    config_files: Optional[List[str]] = None,
+    params_override: str = "",
+    base: Optional[hyperparams.Config] = None,
+) -> hyperparams.Config:
+    """Applies YAML files then a `a.b=1,c=2` override string, strictly, to `base`.
+
+    An unknown key or a wrong type raises ValueError naming the key.
+    """
+    params = base if base is not None else SentenceExperimentConfig()
+    for path in config_files or []:
+        try:
+            params = hyperparams.override_params_dict(params, path, is_strict=True)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {_first_line(e)}") from None
+    if params_override:
+        try:
+            params = hyperparams.override_params_dict(params, params_override, is_strict=True)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"--params_override: {_first_line(e)}") from None
+    return params
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error.args[0] if error.args else error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,85 @@
+"""Small reusable layers with no training logic."""
+
+import tensorflow as tf
+import tf_keras
+
+
+@tf_keras.utils.register_keras_serializable(package="cmlm_tf")
+def gelu_exact(x):
+    """GELU with the erf form, as Hugging Face BERT computes it."""
+    return tf.nn.gelu(x, approximate=False)
+
+
+@tf_keras.utils.register_keras_serializable(package="cmlm_tf")
+def gelu_approx(x):
+    """GELU with the tanh approximation (Model Garden's `gelu`)."""
+    return tf.nn.gelu(x, approximate=True)
+
+
+def get_activation(name: str):
+    """Maps `task.model.encoder.hidden_activation` to a callable."""
+    if name == "gelu_exact":
+        return gelu_exact
+    if name in ("gelu_approx", "gelu"):
+        return gelu_approx
+    from official.modeling import tf_utils
+
+    try:
+        return tf_utils.get_activation(name)
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"task.model.encoder.hidden_activation: unknown activation {name!r}") from None
+
+
+@tf_keras.utils.register_keras_serializable(package="cmlm_tf")
+class SequencePooling(tf_keras.layers.Layer):
+    """Pools token vectors into one sentence vector, ignoring padding.
+
+    Args:
+        mode: `mean` (average over unmasked tokens), `cls` (the first token) or `max`
+            (element-wise maximum over unmasked tokens).
+
+    Call args:
+        sequence: float [batch, seq, width].
+        mask: int or bool [batch, seq]; 1 for real tokens.
+
+    Returns:
+        float [batch, width]. A row whose mask is all zero pools to zeros.
+    """
+
+    def __init__(self, mode: str = "mean", **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("mean", "cls", "max"):
+            raise ValueError(f"pooling mode must be mean, cls or max, got {mode!r}")
+        self.mode = mode
+
+    def call(self, sequence, mask):
+        if self.mode == "cls":
+            return sequence[:, 0, :]
+        weights = tf.cast(mask, sequence.dtype)[:, :, tf.newaxis]
+        if self.mode == "mean":
+            total = tf.reduce_sum(sequence * weights, axis=1)
+            count = tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
+            return total / count
+        lowest = tf.cast(sequence.dtype.min, sequence.dtype)
+        masked = tf.where(weights > 0, sequence, lowest)
+        has_tokens = tf.reduce_any(weights > 0, axis=1)
+        return tf.where(has_tokens, tf.reduce_max(masked, axis=1), tf.zeros_like(masked[:, 0]))
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode}
+
+
+@tf_keras.utils.register_keras_serializable(package="cmlm_tf")
+class L2Normalize(tf_keras.layers.Layer):
+    """Scales each row to unit L2 norm (a zero row stays zero)."""
+
+    def __init__(self, epsilon: float = 1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+
+    def call(self, inputs):
+        return tf.math.l2_normalize(inputs, axis=-1, epsilon=self.epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon}

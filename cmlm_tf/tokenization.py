@@ -1,0 +1,118 @@
+"""Text to token ids, in one place: the preprocessor export, the serving export and training
+data all tokenise through these functions.
+
+Strings are first made valid UTF-8 (invalid bytes become U+FFFD) with a core TensorFlow op,
+so any byte string yields finite vectors.
+"""
+
+import os
+from typing import Dict
+
+import tensorflow as tf
+import tf_keras
+
+from cmlm_tf import configs
+
+
+def _text_layers():
+    # tensorflow_text registers its ops on import; only string-handling code needs it.
+    from official.nlp.modeling.layers import text_layers
+
+    return text_layers
+
+
+def build_tokenizer(tokenizer: configs.TokenizerConfig) -> tf_keras.layers.Layer:
+    """Returns a Model Garden tokenizer layer: strings [batch] -> int32 ragged ids."""
+    if tokenizer.type == "wordpiece":
+        if not tokenizer.vocab_file:
+            raise ValueError("task.model.tokenizer.vocab_file is empty")
+        if not tf.io.gfile.exists(tokenizer.vocab_file):
+            raise FileNotFoundError(
+                f"{tokenizer.vocab_file}: vocabulary file not found "
+                "(task.model.tokenizer.vocab_file)")
+        return _text_layers().BertTokenizer(
+            vocab_file=tokenizer.vocab_file, lower_case=tokenizer.lower_case)
+    if tokenizer.type == "sentencepiece":
+        raise NotImplementedError(
+            "task.model.tokenizer.type=sentencepiece is not supported yet; use wordpiece")
+    raise ValueError(f"task.model.tokenizer.type: unknown tokenizer {tokenizer.type!r}")
+
+
+def valid_utf8(strings: tf.Tensor) -> tf.Tensor:
+    """Replaces invalid UTF-8 sequences with U+FFFD (core op `UnicodeTranscode`)."""
+    return tf.strings.unicode_transcode(
+        strings, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace",
+        replacement_char=0xFFFD)
+
+
+def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, end_id: int,
+                        pad_id: int) -> Dict[str, tf.Tensor]:
+    """Packs one segment as `[CLS] tokens [SEP]`, truncated to `seq_length` in total.
+
+    Uses core TensorFlow ops only (no TF-Text trimmer), so TF Serving can run it. The result
+    is padded to the longest row of the batch, not to `seq_length`.
+
+    Args:
+        token_ids: int32 RaggedTensor [batch, (words), (pieces)] or [batch, (tokens)].
+        seq_length: maximum length including the two special tokens.
+    """
+    if token_ids.ragged_rank > 1:
+        token_ids = token_ids.merge_dims(1, -1)
+    token_ids = tf.cast(token_ids, tf.int32)
+    token_ids = token_ids[:, : seq_length - 2]
+    batch_size = token_ids.nrows(out_type=tf.int32)
+    starts = tf.fill([batch_size, 1], tf.constant(start_id, tf.int32))
+    ends = tf.fill([batch_size, 1], tf.constant(end_id, tf.int32))
+    packed = tf.concat([starts, token_ids, ends], axis=1)
+    word_ids = packed.to_tensor(default_value=pad_id)
+    mask = tf.ones_like(packed).to_tensor(default_value=0)
+    return {
+        "input_word_ids": word_ids,
+        "input_mask": mask,
+        "input_type_ids": tf.zeros_like(word_ids),
+    }
+
+
+class _ValidUtf8(tf_keras.layers.Layer):
+    """Keras wrapper of `valid_utf8`, so the preprocessor stays a plain functional model."""
+
+    def call(self, inputs):
+        return valid_utf8(inputs)
+
+
+def create_preprocessor(tokenizer_config: configs.TokenizerConfig,
+                        seq_length: int) -> tf_keras.Model:
+    """Builds a model that implements the TF Hub text preprocessor contract.
+
+    Root call: strings [batch] -> dict of int32 [batch, seq_length]. Attached:
+    `.tokenize` (strings -> ragged ids, with `.get_special_tokens_dict()`) and
+    `.bert_pack_inputs(segments, seq_length=...)` for one or two segments.
+    """
+    text_layers = _text_layers()
+    from official.nlp.tools import export_tfhub_lib
+
+    tokenizer = build_tokenizer(tokenizer_config)
+    special_tokens = tokenizer.get_special_tokens_dict()
+    sentences = tf_keras.layers.Input(shape=(), dtype=tf.string, name="sentences")
+    tokens = tokenizer(_ValidUtf8(name="valid_utf8")(sentences))
+    pack = text_layers.BertPackInputs(seq_length=seq_length, special_tokens_dict=special_tokens)
+    preprocessor = tf_keras.Model(sentences, pack(tokens))
+    preprocessor.tokenize = tf_keras.Model(sentences, tokens)
+    preprocessor.tokenize.get_special_tokens_dict = tf.train.Checkpoint()
+    preprocessor.tokenize.get_special_tokens_dict.__call__ = tf.function(
+        lambda: tokenizer.get_special_tokens_dict(), input_signature=[])
+    preprocessor.bert_pack_inputs = export_tfhub_lib.BertPackInputsSavedModelWrapper(pack)
+    return preprocessor
+
+
+def special_token_ids(tokenizer: tf_keras.layers.Layer) -> Dict[str, int]:
+    """The tokenizer's special-token ids as Python ints."""
+    return {k: int(v) for k, v in tokenizer.get_special_tokens_dict().items()}
+
+
+def copy_vocab_aside(vocab_file: str, directory: str) -> str:
+    """Copies the vocabulary so no path of the user's machine ends up in a SavedModel."""
+    target = os.path.join(directory, os.path.basename(vocab_file) or "vocab.txt")
+    tf.io.gfile.makedirs(directory)
+    tf.io.gfile.copy(vocab_file, target, overwrite=True)
+    return target

@@ -1,0 +1,1 @@
+"""Exporters that turn a cmlm_tf checkpoint into SavedModels."""

