@@ -46,11 +46,12 @@ def valid_utf8(strings: tf.Tensor) -> tf.Tensor:
 
 
 def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, end_id: int,
-                        pad_id: int) -> Dict[str, tf.Tensor]:
+                        pad_id: int, pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:
     """Packs one segment as `[CLS] tokens [SEP]`, truncated to `seq_length` in total.
 
     Uses core TensorFlow ops only (no TF-Text trimmer), so TF Serving can run it. The result
-    is padded to the longest row of the batch, not to `seq_length`.
+    is padded to the longest row of the batch, or to `seq_length` with `pad_to_seq_length`
+    (static shapes, as training on TPUs and cross-replica gathers need).
 
     Args:
         token_ids: int32 RaggedTensor [batch, (words), (pieces)] or [batch, (tokens)].
@@ -64,8 +65,9 @@ def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, e
     starts = tf.fill([batch_size, 1], tf.constant(start_id, tf.int32))
     ends = tf.fill([batch_size, 1], tf.constant(end_id, tf.int32))
     packed = tf.concat([starts, token_ids, ends], axis=1)
-    word_ids = packed.to_tensor(default_value=pad_id)
-    mask = tf.ones_like(packed).to_tensor(default_value=0)
+    shape = [None, seq_length] if pad_to_seq_length else None
+    word_ids = packed.to_tensor(default_value=pad_id, shape=shape)
+    mask = tf.ones_like(packed).to_tensor(default_value=0, shape=shape)
     return {
         "input_word_ids": word_ids,
         "input_mask": mask,

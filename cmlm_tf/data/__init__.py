@@ -1,0 +1,1 @@
+"""Files to batched dicts. Tokenisation goes through `cmlm_tf.tokenization`."""

@@ -1,0 +1,190 @@
+"""Consecutive sentence pairs from plain-text corpora, for conditional masked LM.
+
+Input format (the BERT pre-training convention): UTF-8 text files, one sentence (or segment)
+per line, a blank line between documents. Every two consecutive sentences of a document form
+a pair (s1, s2); documents of a single sentence give no pair and are counted as skipped.
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Union
+
+import tensorflow as tf
+from absl import logging
+
+from cmlm_tf import configs, tokenization
+from cmlm_tf.data import masking
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    files: List[str]
+    lines: int = 0
+    documents: int = 0
+    pairs: int = 0
+    single_sentence_documents: int = 0
+
+
+def list_files(input_path: Union[str, Sequence[str]], field: str = "input_path") -> List[str]:
+    """Expands comma-separated paths and globs; a pattern matching nothing is an error."""
+    patterns = input_path.split(",") if isinstance(input_path, str) else list(input_path)
+    patterns = [p.strip() for p in patterns if p and p.strip()]
+    if not patterns:
+        raise ValueError(f"{field} is empty")
+    files = []
+    for pattern in patterns:
+        matched = sorted(tf.io.gfile.glob(pattern))
+        if not matched:
+            raise FileNotFoundError(f"{pattern}: no file matches ({field})")
+        files.extend(matched)
+    return files
+
+
+def scan_corpus(files: Sequence[str], field: str = "input_path") -> CorpusStats:
+    """Counts documents and pairs; unreadable files and corpora without pairs are errors."""
+    stats = CorpusStats(files=list(files))
+    for path in files:
+        run = 0
+        try:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                for raw in f:
+                    stats.lines += 1
+                    if raw.strip():
+                        run += 1
+                        continue
+                    stats = _close_document(stats, run)
+                    run = 0
+        except (OSError, tf.errors.OpError) as e:
+            raise OSError(f"{path}: cannot read ({field}): {e}") from None
+        stats = _close_document(stats, run)
+    if stats.pairs == 0:
+        raise ValueError(
+            f"{field}: {', '.join(files[:3])}{'...' if len(files) > 3 else ''} holds no pair of "
+            "consecutive sentences (empty files, or only one-sentence documents)")
+    return stats
+
+
+def _close_document(stats: CorpusStats, sentences: int) -> CorpusStats:
+    if sentences == 1:
+        stats.single_sentence_documents += 1
+    if sentences:
+        stats.documents += 1
+        stats.pairs += sentences - 1
+    return stats
+
+
+def _pairs_of_file(path: tf.Tensor) -> tf.data.Dataset:
+    lines = tf.data.TextLineDataset(path).map(tf.strings.strip)
+    pairs = tf.data.Dataset.zip((lines, lines.skip(1)))
+    return pairs.filter(lambda a, b: tf.logical_and(tf.strings.length(a) > 0,
+                                                    tf.strings.length(b) > 0))
+
+
+def sentence_pairs(files: Sequence[str], input_context=None, is_training: bool = True,
+                   shuffle_buffer_size: int = 10000, swap_probability: float = 0.5,
+                   seed: Optional[int] = None) -> tf.data.Dataset:
+    """Yields `(s1, s2)` string pairs; the order is swapped with `swap_probability`.
+
+    Files are sharded across input pipelines (workers) when there are enough of them, else
+    the pairs are.
+    """
+    files = list(files)
+    shard_pairs = False
+    if input_context and input_context.num_input_pipelines > 1:
+        if len(files) >= input_context.num_input_pipelines:
+            files = files[input_context.input_pipeline_id::input_context.num_input_pipelines]
+        else:
+            shard_pairs = True
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed).repeat()
+    dataset = dataset.interleave(_pairs_of_file, cycle_length=min(len(files), 8),
+                                 num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=seed is not None or not is_training)
+    if shard_pairs:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+    if is_training and shuffle_buffer_size > 1:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    if swap_probability > 0:
+        dataset = dataset.enumerate().map(
+            lambda i, pair: _maybe_swap(i, pair, swap_probability, seed or 0))
+    return dataset
+
+
+def _maybe_swap(index, pair, probability, seed):
+    s1, s2 = pair
+    draw = tf.random.stateless_uniform([], seed=tf.stack([tf.cast(seed, tf.int64), index]))
+    swap = draw < probability
+    return tf.where(swap, s2, s1), tf.where(swap, s1, s2)
+
+
+class ConditionalMLMFeaturizer:
+    """Tokenises batches of (s1, s2) and masks s2, in one place for training and tests.
+
+    Output dict: `sentence1` (TF Hub input dict of s1), `sentence2` (the same for masked s2),
+    `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`. All shapes are static:
+    [batch, seq_length] and [batch, max_predictions_per_seq].
+    """
+
+    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
+                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
+        self.tokenizer = tokenization.build_tokenizer(tokenizer_config)
+        self.special = tokenization.special_token_ids(self.tokenizer)
+        for key in ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id"):
+            if key not in self.special:
+                raise ValueError(f"{tokenizer_config.vocab_file}: vocabulary lacks the token "
+                                 f"for {key} ([CLS], [SEP], [PAD], [MASK])")
+        self.seq_length = seq_length
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.mask_ratio = mask_ratio
+        self.seed = seed
+
+    def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
+        ids = self.tokenizer(tokenization.valid_utf8(sentences))
+        return tokenization.pack_single_segment(
+            ids, self.seq_length, self.special["start_of_sequence_id"],
+            self.special["end_of_segment_id"], self.special["padding_id"],
+            pad_to_seq_length=True)
+
+    def __call__(self, s1: tf.Tensor, s2: tf.Tensor, batch_index=None) -> Dict:
+        first = self.pack(s1)
+        second = self.pack(s2)
+        seed = None
+        if self.seed is not None:
+            seed = tf.stack([tf.constant(self.seed, tf.int64),
+                             tf.cast(batch_index if batch_index is not None else 0, tf.int64)])
+        masked = masking.mask_tokens(
+            second["input_word_ids"], second["input_mask"],
+            vocab_size=int(self.special["vocab_size"]), mask_id=self.special["mask_id"],
+            special_ids=[self.special[k] for k in ("start_of_sequence_id", "end_of_segment_id",
+                                                   "padding_id", "mask_id")],
+            max_predictions=self.max_predictions_per_seq, mask_ratio=self.mask_ratio,
+            seed=seed)
+        second = dict(second, input_word_ids=masked.pop("input_word_ids"))
+        return {"sentence1": first, "sentence2": second, **masked}
+
+
+def cmlm_dataset(data_config, tokenizer_config: configs.TokenizerConfig,
+                 input_context=None) -> tf.data.Dataset:
+    """The CMLM input pipeline for `task.train_data` / `task.validation_data`."""
+    files = list_files(data_config.input_path)
+    stats = scan_corpus(files)
+    logging.info("CMLM corpus: %d files, %d documents, %d sentence pairs, %d one-sentence "
+                 "documents skipped", len(files), stats.documents, stats.pairs,
+                 stats.single_sentence_documents)
+    batch_size = data_config.global_batch_size
+    if input_context:
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    is_training = bool(data_config.is_training)
+    featurizer = ConditionalMLMFeaturizer(
+        tokenizer_config, data_config.seq_length, data_config.max_predictions_per_seq,
+        data_config.mask_ratio, seed=data_config.seed)
+    pairs = sentence_pairs(files, input_context=input_context, is_training=is_training,
+                           shuffle_buffer_size=data_config.shuffle_buffer_size,
+                           swap_probability=data_config.swap_probability,
+                           seed=data_config.seed)
+    batches = pairs.batch(batch_size, drop_remainder=data_config.drop_remainder or is_training)
+    batches = batches.enumerate().map(
+        lambda i, pair: featurizer(pair[0], pair[1], i), num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=data_config.seed is not None)
+    return batches.prefetch(tf.data.AUTOTUNE)

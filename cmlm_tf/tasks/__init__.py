@@ -1,0 +1,1 @@
+"""Model Garden tasks: data -> model -> loss -> metrics, one objective each."""
