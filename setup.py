@@ -10,6 +10,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["cmlm_tf", "cmlm_tf.*", "export", "export.*"]),
+    package_data={"cmlm_tf": ["data/corpus/*"]},
     install_requires=[
         # These four must stay on one minor line, or tensorflow-text fails to load.
         "tensorflow~=2.20.0",

@@ -86,6 +86,17 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
         model_dir=model_dir, trainer=trainer)
 
 
+def _one_line(error: Exception) -> str:
+    """The informative line of an error that gin or autograph may have wrapped."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()
+             and not line.strip().startswith("In call to configurable")]
+    if not lines:
+        return type(error).__name__
+    if lines[0].startswith("in user code:"):
+        return lines[-1][:500]
+    return lines[0][:500]
+
+
 def main(argv=None) -> int:
     from absl import app, flags, logging
     from official.common import flags as tfm_flags
@@ -107,7 +118,7 @@ def main(argv=None) -> int:
         except (ValueError, FileNotFoundError, OSError, NotImplementedError) as e:
             if os.environ.get("CMLM_TF_DEBUG"):
                 raise
-            print(f"error: {str(e).strip().splitlines()[-1][:500]}", file=sys.stderr)
+            print(f"error: {_one_line(e)}", file=sys.stderr)
             sys.exit(2)
 
     app.run(_main, argv=argv if argv is not None else sys.argv)

@@ -44,15 +44,18 @@ class ConditionalProjection(tf_keras.layers.Layer):
         self.hidden_size = hidden_size
         self.num_projections = num_projections
         self.initializer_range = initializer_range
-        init = tf_keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+        def init():
+            return tf_keras.initializers.TruncatedNormal(stddev=initializer_range)
+
         self.hidden_1 = tf_keras.layers.Dense(2 * hidden_size, activation="relu",
-                                              kernel_initializer=init, name="hidden_1")
+                                              kernel_initializer=init(), name="hidden_1")
         self.hidden_2 = tf_keras.layers.Dense(2 * hidden_size, activation="relu",
-                                              kernel_initializer=init, name="hidden_2")
+                                              kernel_initializer=init(), name="hidden_2")
         self.output_layer = None
         if num_projections > 1:
             self.output_layer = tf_keras.layers.Dense(
-                (num_projections - 1) * hidden_size, kernel_initializer=init, name="output")
+                (num_projections - 1) * hidden_size, kernel_initializer=init(), name="output")
 
     def call(self, v):
         identity = v[:, tf.newaxis, :]

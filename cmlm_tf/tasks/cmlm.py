@@ -6,7 +6,8 @@ from typing import Optional
 import tensorflow as tf
 import tf_keras
 from absl import logging
-from official.core import base_task, config_definitions as cfg, exp_factory, task_factory
+from official.core import base_task, exp_factory, task_factory
+from official.core import config_definitions as cfg
 from official.modeling import hyperparams, optimization
 
 from cmlm_tf import configs

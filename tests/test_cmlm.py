@@ -1,0 +1,283 @@
+"""CMLM: masking, pairs, projection, conditioning, the driver, resume and strategies."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from conftest import REPO_DIR, TINY_WORDS
+
+from cmlm_tf import configs
+from cmlm_tf.data import masking, sentence_pairs
+from cmlm_tf.modeling import conditional_mlm
+from cmlm_tf.tasks import cmlm
+
+SPECIAL = [0, 2, 3, 4]  # [PAD], [CLS], [SEP], [MASK]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2",
+                TF_USE_LEGACY_KERAS="1")
+
+
+def test_masking_statistics():
+    rng = np.random.default_rng(0)
+    batch, seq, vocab = 512, 40, 1000
+    lengths = rng.integers(3, seq + 1, size=batch)
+    ids = rng.integers(5, vocab, size=(batch, seq)).astype(np.int32)
+    mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
+    ids[:, 0] = 2
+    ids[np.arange(batch), lengths - 1] = 3
+    ids[mask == 0] = 0
+    out = masking.mask_tokens(ids, mask, vocab_size=vocab, mask_id=4, special_ids=SPECIAL,
+                              max_predictions=8, mask_ratio=0.25, seed=7)
+    positions = out["masked_lm_positions"].numpy()
+    weights = out["masked_lm_weights"].numpy()
+    corrupted = out["input_word_ids"].numpy()
+    maskable = lengths - 2
+    expected = np.minimum(8, np.maximum(1, np.round(maskable * 0.25))).astype(int)
+    np.testing.assert_array_equal(weights.sum(1), expected)
+    rows, slots = np.nonzero(weights)
+    chosen = positions[rows, slots]
+    assert (chosen >= 1).all() and (chosen < lengths[rows] - 1).all()  # no [CLS]/[SEP]/pad
+    np.testing.assert_array_equal(out["masked_lm_ids"].numpy()[rows, slots], ids[rows, chosen])
+    new = corrupted[rows, chosen]
+    as_mask = np.mean(new == 4)
+    unchanged = np.mean(new == ids[rows, chosen])
+    randomised = 1 - as_mask - unchanged
+    assert abs(as_mask - 0.8) < 0.03 and abs(unchanged - 0.1) < 0.03
+    assert abs(randomised - 0.1) < 0.03
+    assert not np.isin(new[new != 4], SPECIAL).any()
+    untouched = np.ones_like(ids, bool)
+    untouched[rows, chosen] = False
+    np.testing.assert_array_equal(corrupted[untouched], ids[untouched])
+    # A fixed count: mask_ratio 1.0 predicts max_predictions tokens in every long row.
+    fixed = masking.mask_tokens(ids, mask, vocab_size=vocab, mask_id=4, special_ids=SPECIAL,
+                                max_predictions=3, mask_ratio=1.0, seed=1)
+    np.testing.assert_array_equal(fixed["masked_lm_weights"].numpy().sum(1),
+                                  np.minimum(3, maskable))
+
+
+def _write_corpus(path, documents):
+    path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
+    return path
+
+
+def test_pairs_are_consecutive_and_swapped_half_the_time(tmp_path):
+    docs = [[f"first {i}", f"second {i}"] for i in range(600)] + [["alone"]]
+    corpus = _write_corpus(tmp_path / "c.txt", docs)
+    stats = sentence_pairs.scan_corpus([str(corpus)])
+    assert (stats.pairs, stats.single_sentence_documents) == (600, 1)
+    pairs = list(sentence_pairs.sentence_pairs(
+        [str(corpus)], is_training=False, swap_probability=0.5, seed=3).as_numpy_iterator())
+    assert len(pairs) == 600
+    swapped = 0
+    for s1, s2 in pairs:
+        a, b = s1.decode(), s2.decode()
+        assert a.split()[1] == b.split()[1]  # the two sentences of one document
+        swapped += a.startswith("second")
+    assert 0.44 < swapped / 600 < 0.56
+    unswapped = list(sentence_pairs.sentence_pairs(
+        [str(corpus)], is_training=False, swap_probability=0.0).as_numpy_iterator())
+    assert all(s1.startswith(b"first") for s1, _ in unswapped)
+
+
+def test_empty_corpus_and_missing_files_are_clear_errors(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(ValueError, match="empty.txt"):
+        sentence_pairs.scan_corpus([str(empty)])
+    with pytest.raises(FileNotFoundError, match="nothing_here"):
+        sentence_pairs.list_files(str(tmp_path / "nothing_here*.txt"))
+
+
+def test_projection_has_n_outputs_one_equal_to_v():
+    layer = conditional_mlm.ConditionalProjection(hidden_size=8, num_projections=5)
+    v = tf.random.normal([3, 8])
+    out = layer(v).numpy()
+    assert out.shape == (3, 5, 8)
+    np.testing.assert_array_equal(out[:, 0], v.numpy())
+    assert np.abs(out[:, 1:] - v.numpy()[:, None]).max() > 1e-3
+    assert conditional_mlm.ConditionalProjection(8, 1)(v).shape == (3, 1, 8)
+
+
+def _tiny_cmlm_config(tiny_vocab, corpus, **data):
+    vocab_size = len(tiny_vocab.read_text().splitlines())
+    task = cmlm.CMLMTaskConfig()
+    task.model.encoder = configs.EncoderConfig(
+        vocab_size=vocab_size, hidden_size=32, num_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=32, dropout_rate=0.0,
+        attention_dropout_rate=0.0)
+    task.model.tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    task.model.cmlm.num_projections = 4
+    task.train_data.override(dict(input_path=str(corpus), global_batch_size=32, seq_length=8,
+                                  max_predictions_per_seq=1, mask_ratio=1.0, seed=5,
+                                  shuffle_buffer_size=1000, **data))
+    return task
+
+
+def test_conditioning_is_used(tmp_path, tiny_vocab):
+    """s2 is one word equal to s1's: only the conditioning vectors can reveal it."""
+    words = TINY_WORDS[:16]
+    corpus = _write_corpus(tmp_path / "copy.txt", [[w, w] for w in words] * 20)
+    config = _tiny_cmlm_config(tiny_vocab, corpus)
+    tf_keras.utils.set_random_seed(0)
+    task = cmlm.CMLMTask(config)
+    model = task.build_model()
+    optimizer = tf_keras.optimizers.Adam(3e-3)
+    metrics = task.build_metrics()
+    batches = iter(task.build_inputs(config.train_data))
+
+    @tf.function
+    def step(batch):
+        return task.train_step(batch, model, optimizer, metrics)["loss"]
+
+    for _ in range(250):
+        step(next(batches))
+    true_losses, shuffled_losses = [], []
+    for _ in range(5):
+        batch = next(batches)
+        true_losses.append(float(task.build_losses(batch, model(batch, training=False))))
+        shuffled = dict(batch, sentence1=tf.nest.map_structure(
+            lambda t: tf.roll(t, 1, axis=0), batch["sentence1"]))
+        shuffled_losses.append(float(task.build_losses(shuffled, model(shuffled,
+                                                                       training=False))))
+    assert np.mean(true_losses) < 0.5 * np.mean(shuffled_losses), (true_losses,
+                                                                   shuffled_losses)
+    assert np.mean(shuffled_losses) > 1.0
+
+
+TINY_OVERRIDES = ",".join([
+    "task.model.encoder.hidden_size=32", "task.model.encoder.num_layers=1",
+    "task.model.encoder.num_attention_heads=2", "task.model.encoder.intermediate_size=64",
+    "task.train_data.global_batch_size=8", "trainer.steps_per_loop=10",
+    "trainer.summary_interval=10", "trainer.checkpoint_interval=10",
+    "trainer.validation_interval=10"])
+
+
+def _train(model_dir, steps, extra="", env=None, timeout=300):
+    cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
+           "--config_file=configs/cmlm_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
+           f"--params_override={TINY_OVERRIDES},trainer.train_steps={steps}{extra}"]
+    return subprocess.run(cmd, cwd=REPO_DIR, capture_output=True, text=True,
+                          env=env or _env(), timeout=timeout)
+
+
+def test_driver_trains_resumes_and_exports(tmp_path):
+    run_dir = tmp_path / "run"
+    first = _train(run_dir, 20)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert tf.train.latest_checkpoint(str(run_dir)).endswith("ckpt-20")
+    assert (run_dir / "params.yaml").exists()
+    assert list((run_dir / "train").glob("events.out.tfevents.*"))
+    second = _train(run_dir, 40)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "restored from checkpoint" in second.stderr and "ckpt-20" in second.stderr
+    assert tf.train.latest_checkpoint(str(run_dir)).endswith("ckpt-40")
+    names = [n for n, _ in tf.train.list_variables(str(run_dir / "ckpt-40"))]
+    assert any(n.startswith("encoder/") for n in names)
+    assert any(n.startswith("optimizer/") for n in names)
+    export_dir = tmp_path / "export"
+    result = subprocess.run([sys.executable, "-m", "export.export_tfhub",
+                             f"--model_dir={run_dir}", f"--export_dir={export_dir}"],
+                            cwd=REPO_DIR, capture_output=True, text=True, env=_env(),
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    import cmlm_tf
+
+    model = cmlm_tf.load(str(export_dir))
+    vectors = model.encode(["Anne was at home.", "The captain smiled."])
+    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
+    assert model.seq_length == 48  # the recipe's task.train_data.seq_length
+
+
+def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
+    from cmlm_tf.modeling import sentence_encoder
+
+    corpus = _write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
+    config = _tiny_cmlm_config(tiny_vocab, corpus)
+    donor = sentence_encoder.build_sentence_encoder(config.model.encoder)
+    config.init_checkpoint = sentence_encoder.write_encoder_checkpoint(donor, str(tmp_path))
+    task = cmlm.CMLMTask(config)
+    model = task.build_model()
+    task.initialize(model)
+    for a, b in zip(donor.weights, model.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_bad_config_key_is_a_one_line_error(tmp_path):
+    result = _train(tmp_path / "run", 1, extra=",task.model.encoder.hiden_size=3")
+    assert result.returncode == 2
+    assert "hiden_size" in result.stderr.strip().splitlines()[-1]
+
+
+def test_empty_corpus_through_the_driver(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    result = _train(tmp_path / "run", 1, extra=f",task.train_data.input_path={empty}")
+    assert result.returncode == 2
+    assert "empty.txt" in result.stderr.strip().splitlines()[-1]
+
+
+def test_mirrored_strategy_over_two_cpu_devices(tmp_path):
+    code = textwrap.dedent(f"""
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from cmlm_tf import train
+        params = train.build_params("cmlm_tf/cmlm", ["configs/cmlm_tiny.yaml"],
+                                    {TINY_OVERRIDES + ",trainer.train_steps=10"!r})
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        assert strategy.num_replicas_in_sync == 2
+        train.run(params, {str(tmp_path / "run")!r}, "train", strategy=strategy)
+        print("STEP", tf.train.latest_checkpoint({str(tmp_path / "run")!r}))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True,
+                            text=True, env=_env(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ckpt-10" in result.stdout
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_on_localhost(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                       "task": {"type": "worker", "index": index}})
+        cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
+               "--config_file=configs/cmlm_tiny.yaml", "--mode=train",
+               f"--model_dir={tmp_path / 'run'}",
+               f"--params_override={TINY_OVERRIDES},trainer.train_steps=10,"
+               "runtime.distribution_strategy=multi_worker_mirrored"]
+        procs.append(subprocess.Popen(cmd, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=400))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+    for proc, (_, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
