@@ -52,6 +52,9 @@ class SentenceEncoder(tf_keras.Model):
             initializer=tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range),
             with_dense_inputs=with_dense_inputs,
             name="bert")
+        # BERT's tanh pooler is never used by sentence pooling: freezing it keeps it out of
+        # gradients and optimizer updates (its variables stay, so checkpoints keep one layout).
+        self.bert.pooler_layer.trainable = False
         self.pooler = layers.SequencePooling(config.pooling, name="pooling")
         self.projection = None
         if config.projection_size:
