@@ -75,6 +75,19 @@ def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, e
     }
 
 
+def tokenize_and_pack(tokenizer: tf_keras.layers.Layer, special: Dict[str, int],
+                      sentences: tf.Tensor, seq_length,
+                      pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:
+    """Strings [batch] -> TF Hub input dict of `[CLS] tokens [SEP]`, via `pack_single_segment`.
+
+    `special` is `special_token_ids(tokenizer)`.
+    """
+    ids = tokenizer(valid_utf8(sentences))
+    return pack_single_segment(ids, seq_length, special["start_of_sequence_id"],
+                               special["end_of_segment_id"], special["padding_id"],
+                               pad_to_seq_length=pad_to_seq_length)
+
+
 class _ValidUtf8(tf_keras.layers.Layer):
     """Keras wrapper of `valid_utf8`, so the preprocessor stays a plain functional model."""
 

@@ -149,10 +149,7 @@ def _build_serving_module(core_encoder, tokenizer_config, seq_length: int):
         return pooled, tf.math.l2_normalize(pooled, axis=-1, epsilon=1e-12)
 
     def tokenize(sentences):
-        ids = tokenizer(tokenization.valid_utf8(sentences))
-        return tokenization.pack_single_segment(
-            ids, seq_length, special["start_of_sequence_id"], special["end_of_segment_id"],
-            special["padding_id"])
+        return tokenization.tokenize_and_pack(tokenizer, special, sentences, seq_length)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
     def serve_sentences(sentences):

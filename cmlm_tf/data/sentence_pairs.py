@@ -140,11 +140,8 @@ class ConditionalMLMFeaturizer:
         self.seed = seed
 
     def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
-        ids = self.tokenizer(tokenization.valid_utf8(sentences))
-        return tokenization.pack_single_segment(
-            ids, self.seq_length, self.special["start_of_sequence_id"],
-            self.special["end_of_segment_id"], self.special["padding_id"],
-            pad_to_seq_length=True)
+        return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
+                                              self.seq_length, pad_to_seq_length=True)
 
     def __call__(self, s1: tf.Tensor, s2: tf.Tensor, batch_index=None) -> Dict:
         first = self.pack(s1)
