@@ -20,6 +20,7 @@ setup(
         "tensorflow-hub>=0.16.1",
         "numpy",
         "scipy",
+        "scikit-learn",
         "safetensors",
         "tqdm",
         "pyyaml",

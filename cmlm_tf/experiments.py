@@ -1,3 +1,3 @@
-"""Imports every module that registers a `cmlm_tf/...` experiment or task."""
+"""Importing this module registers every cmlm_tf experiment with Model Garden's factory."""
 
-from cmlm_tf.tasks import cmlm  # noqa: F401
+from cmlm_tf.tasks import bitext, cmlm, cmlm_bitext, mlm_tlm, moco  # noqa: F401

@@ -39,9 +39,44 @@ class SentenceEncoderModel:
         self.seq_length = int(metadata["seq_length"])
         self._serving = serving
         self._encode_fn = serving.encode
+        self.pcr = None
+
+    def set_pcr(self, components) -> None:
+        """Attaches principal-component-removal components for `encode(..., language=...)`.
+
+        Args:
+            components: a `cmlm_tf.evaluation.pcr.PCRComponents`, the path of a file saved
+                with `python -m cmlm_tf.evaluate ... --pcr --save_pcr F` (or the `pcr`
+                task), or None to detach.
+        """
+        from cmlm_tf.evaluation.pcr import PCRComponents
+
+        if isinstance(components, (str, os.PathLike)):
+            components = PCRComponents.load(os.fspath(components))
+        if components is not None and not isinstance(components, PCRComponents):
+            raise TypeError(f"components is {type(components).__name__}, expected "
+                            "PCRComponents, a file path or None")
+        if components is not None and components.dim not in (None, self.dim):
+            raise ValueError(f"PCR components have dim {components.dim} but the model "
+                             f"embeds to {self.dim}")
+        self.pcr = components
+
+    def _pcr_for(self, language: Optional[str], pcr):
+        """The components to apply for `language`, checked before any encoding."""
+        if language is None:
+            if pcr is not None:
+                raise ValueError("pcr= needs language= to pick the component to remove")
+            return None
+        components = pcr if pcr is not None else self.pcr
+        if components is None:
+            raise ValueError(f"language={language!r} needs PCR components: call "
+                             "set_pcr(...) first or pass pcr=")
+        components.component(language)
+        return components
 
     def encode(self, texts: TextInput, batch_size: int = 64, normalize: bool = True,
-               show_progress: Optional[bool] = None) -> np.ndarray:
+               show_progress: Optional[bool] = None, language: Optional[str] = None,
+               pcr=None) -> np.ndarray:
         """Embeds `texts`; returns float32 [n, dim] in input order (one string: [dim]).
 
         Texts are sorted by length before batching so each batch pads little, and batches
@@ -49,8 +84,15 @@ class SentenceEncoderModel:
         are decoded as UTF-8 with replacement; any other item type raises TypeError naming
         its index. `show_progress=None` shows a progress bar when stderr is a terminal and the
         input spans many batches.
+
+        With `language`, the texts are taken to be in that language and its principal
+        component is removed (CMLM paper §5): from the attached components (`set_pcr`) or
+        from `pcr` (a `PCRComponents`). The vectors are L2-normalised again when `normalize`;
+        without `normalize`, the component is removed from the raw pooled vectors.
         """
         import tensorflow as tf
+
+        components = self._pcr_for(language, pcr)
 
         single = isinstance(texts, (str, bytes, bytearray))
         items: Iterable = [texts] if single else texts
@@ -86,6 +128,8 @@ class SentenceEncoderModel:
                 progress.update(len(index))
         if progress is not None:
             progress.close()
+        if components is not None:
+            output = components.apply(output, language, renormalize=normalize)
         return output[0] if single else output
 
     def __repr__(self):

@@ -75,6 +75,58 @@ def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, e
     }
 
 
+def pack_two_segments(first: tf.RaggedTensor, second: tf.RaggedTensor, seq_length: int,
+                      start_id: int, end_id: int, pad_id: int) -> Dict[str, tf.Tensor]:
+    """Packs `[CLS] first [SEP] second [SEP]` (type ids 0 then 1), padded to `seq_length`.
+
+    A row whose `second` is empty packs as `[CLS] first [SEP]`. Pairs longer than
+    `seq_length` are trimmed from their ends, the longer segment first: each segment keeps at
+    least half of the room when it needs it (as BERT's pair truncation). Core TF ops only.
+
+    Args:
+        first, second: int RaggedTensors [batch, (words), (pieces)] or [batch, (tokens)].
+        seq_length: total length including the special tokens.
+
+    Returns:
+        dict of int32 [batch, seq_length] `input_word_ids`, `input_mask`, `input_type_ids`.
+    """
+    if first.ragged_rank > 1:
+        first = first.merge_dims(1, -1)
+    if second.ragged_rank > 1:
+        second = second.merge_dims(1, -1)
+    first = tf.cast(first, tf.int32).with_row_splits_dtype(tf.int64)
+    second = tf.cast(second, tf.int32).with_row_splits_dtype(tf.int64)
+    has_second = tf.cast(second.row_lengths() > 0, tf.int32)
+    room = seq_length - 2 - has_second
+    len_first = tf.cast(first.row_lengths(), tf.int32)
+    len_second = tf.cast(second.row_lengths(), tf.int32)
+    keep_first = tf.minimum(len_first, tf.maximum(room // 2, room - len_second))
+    keep_second = tf.minimum(len_second, room - keep_first)
+
+    def head(tokens, keep):
+        positions = tf.ragged.range(tf.cast(tokens.row_lengths(), tf.int32))
+        return tf.ragged.boolean_mask(tokens, positions < keep[:, None])
+
+    first, second = head(first, keep_first), head(second, keep_second)
+    batch_size = first.nrows(out_type=tf.int32)
+    starts = tf.fill([batch_size, 1], tf.constant(start_id, tf.int32))
+    ends = tf.fill([batch_size, 1], tf.constant(end_id, tf.int32))
+    second_ends = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(has_second)], tf.constant(end_id, tf.int32)),
+        tf.cast(has_second, tf.int64))
+    starts = tf.RaggedTensor.from_tensor(starts)
+    ends = tf.RaggedTensor.from_tensor(ends)
+    packed = tf.concat([starts, first, ends, second, second_ends], axis=1)
+    type_ids = tf.concat([tf.zeros_like(starts), tf.zeros_like(first), tf.zeros_like(ends),
+                          tf.ones_like(second), tf.ones_like(second_ends)], axis=1)
+    shape = [None, seq_length]
+    return {
+        "input_word_ids": packed.to_tensor(default_value=pad_id, shape=shape),
+        "input_mask": tf.ones_like(packed).to_tensor(default_value=0, shape=shape),
+        "input_type_ids": type_ids.to_tensor(default_value=0, shape=shape),
+    }
+
+
 def tokenize_and_pack(tokenizer: tf_keras.layers.Layer, special: Dict[str, int],
                       sentences: tf.Tensor, seq_length,
                       pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:

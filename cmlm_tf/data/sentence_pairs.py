@@ -6,13 +6,14 @@ a pair (s1, s2); documents of a single sentence give no pair and are counted as 
 """
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
 
 from cmlm_tf import configs, tokenization
 from cmlm_tf.data import masking
+from cmlm_tf.data.files import interleave_files, list_files
 
 
 @dataclasses.dataclass
@@ -22,21 +23,6 @@ class CorpusStats:
     documents: int = 0
     pairs: int = 0
     single_sentence_documents: int = 0
-
-
-def list_files(input_path: Union[str, Sequence[str]], field: str = "input_path") -> List[str]:
-    """Expands comma-separated paths and globs; a pattern matching nothing is an error."""
-    patterns = input_path.split(",") if isinstance(input_path, str) else list(input_path)
-    patterns = [p.strip() for p in patterns if p and p.strip()]
-    if not patterns:
-        raise ValueError(f"{field} is empty")
-    files = []
-    for pattern in patterns:
-        matched = sorted(tf.io.gfile.glob(pattern))
-        if not matched:
-            raise FileNotFoundError(f"{pattern}: no file matches ({field})")
-        files.extend(matched)
-    return files
 
 
 def scan_corpus(files: Sequence[str], field: str = "input_path") -> CorpusStats:
@@ -87,22 +73,7 @@ def sentence_pairs(files: Sequence[str], input_context=None, is_training: bool =
     Files are sharded across input pipelines (workers) when there are enough of them, else
     the pairs are.
     """
-    files = list(files)
-    shard_pairs = False
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(files) >= input_context.num_input_pipelines:
-            files = files[input_context.input_pipeline_id::input_context.num_input_pipelines]
-        else:
-            shard_pairs = True
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed).repeat()
-    dataset = dataset.interleave(_pairs_of_file, cycle_length=min(len(files), 8),
-                                 num_parallel_calls=tf.data.AUTOTUNE,
-                                 deterministic=seed is not None or not is_training)
-    if shard_pairs:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+    dataset = interleave_files(files, _pairs_of_file, input_context, is_training, seed)
     if is_training and shuffle_buffer_size > 1:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
     if swap_probability > 0:

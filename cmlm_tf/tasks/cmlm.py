@@ -5,14 +5,14 @@ from typing import Optional
 
 import tensorflow as tf
 import tf_keras
-from absl import logging
 from official.core import base_task, exp_factory, task_factory
 from official.core import config_definitions as cfg
 from official.modeling import hyperparams, optimization
 
 from cmlm_tf import configs
 from cmlm_tf.data import sentence_pairs
-from cmlm_tf.modeling import conditional_mlm, sentence_encoder
+from cmlm_tf.modeling import conditional_mlm
+from cmlm_tf.tasks import base, dev_eval
 
 
 @dataclasses.dataclass
@@ -77,53 +77,48 @@ def cmlm_experiment() -> cfg.ExperimentConfig:
     return config
 
 
-def _checkpoint_has(prefix: str, item: str) -> bool:
-    return any(name.startswith(item + "/") for name, _ in tf.train.list_variables(prefix))
+def masked_lm_loss(labels, mlm_logits: tf.Tensor) -> tf.Tensor:
+    """Mean cross-entropy over the real predictions (`masked_lm_weights` 1.0)."""
+    per_token = tf_keras.losses.sparse_categorical_crossentropy(
+        labels["masked_lm_ids"], tf.cast(mlm_logits, tf.float32), from_logits=True)
+    weights = labels["masked_lm_weights"]
+    return tf.math.divide_no_nan(tf.reduce_sum(per_token * weights), tf.reduce_sum(weights))
+
+
+def build_conditional_mlm(task_config) -> conditional_mlm.ConditionalMLM:
+    """The CMLM model of `task.model`, checked against `task.train_data.seq_length`."""
+    model_config = task_config.model
+    configs.validate_model_config(model_config)
+    encoder = model_config.encoder
+    needed = task_config.train_data.seq_length + model_config.cmlm.num_projections
+    if needed > encoder.max_position_embeddings:
+        raise ValueError(
+            f"task.model.encoder.max_position_embeddings ({encoder.max_position_embeddings}"
+            f") must cover task.train_data.seq_length + task.model.cmlm.num_projections "
+            f"({needed})")
+    return conditional_mlm.ConditionalMLM(
+        encoder, model_config.cmlm.num_projections,
+        mlm_activation=model_config.cmlm.mlm_activation,
+        dense_type_id=model_config.cmlm.dense_type_id)
 
 
 @task_factory.register_task_cls(CMLMTaskConfig)
-class CMLMTask(base_task.Task):
-    """Conditional masked LM on consecutive sentence pairs."""
+class CMLMTask(dev_eval.DevEvalMixin, base_task.Task):
+    """Conditional masked LM on consecutive sentence pairs (plus optional dev STS/retrieval)."""
 
     def build_model(self) -> conditional_mlm.ConditionalMLM:
-        model_config = self.task_config.model
-        configs.validate_model_config(model_config)
-        encoder = model_config.encoder
-        data = self.task_config.train_data
-        needed = data.seq_length + model_config.cmlm.num_projections
-        if needed > encoder.max_position_embeddings:
-            raise ValueError(
-                f"task.model.encoder.max_position_embeddings ({encoder.max_position_embeddings}"
-                f") must cover task.train_data.seq_length + task.model.cmlm.num_projections "
-                f"({needed})")
-        return conditional_mlm.ConditionalMLM(
-            encoder, model_config.cmlm.num_projections,
-            mlm_activation=model_config.cmlm.mlm_activation,
-            dense_type_id=model_config.cmlm.dense_type_id)
+        return build_conditional_mlm(self.task_config)
 
     def initialize(self, model: conditional_mlm.ConditionalMLM):
         """Warm start: the encoder strictly; projection and MLM head too when present."""
-        path = self.task_config.init_checkpoint
-        if not path:
-            return
-        prefix = sentence_encoder.resolve_checkpoint(path)
-        extra = {k: v for k, v in model.checkpoint_items.items()
-                 if k != "encoder" and _checkpoint_has(prefix, k)}
-        sentence_encoder.restore_encoder(model.encoder, prefix, extra_items=extra)
-        logging.info("Warm-started from %s (encoder%s)", prefix,
-                     "".join(", " + k for k in extra))
+        base.warm_start(model, self.task_config.init_checkpoint)
 
     def build_inputs(self, params: CMLMDataConfig, input_context=None) -> tf.data.Dataset:
         return sentence_pairs.cmlm_dataset(params, self.task_config.model.tokenizer,
                                            input_context=input_context)
 
     def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
-        per_token = tf_keras.losses.sparse_categorical_crossentropy(
-            labels["masked_lm_ids"], tf.cast(model_outputs["mlm_logits"], tf.float32),
-            from_logits=True)
-        weights = labels["masked_lm_weights"]
-        loss = tf.math.divide_no_nan(tf.reduce_sum(per_token * weights),
-                                     tf.reduce_sum(weights))
+        loss = masked_lm_loss(labels, model_outputs["mlm_logits"])
         if aux_losses:
             loss += tf.add_n(aux_losses)
         return loss

@@ -1,0 +1,72 @@
+r"""Translation retrieval of exported models on the held-out sets of `bitext_split.py`.
+
+    python benchmarks/heldout_retrieval.py --heldout runs/bitext_split/heldout \
+        --model exports/all-MiniLM-L6-v2 --model exports/bitext_minilm [--output report.json]
+
+For every `heldout/<name>.en` with its line-aligned `heldout/<name>.<lang>`, prints the top-1
+cosine accuracy in both directions (`cmlm_tf.evaluation.retrieval`, the Tatoeba protocol) for
+each model, and the pair-weighted mean over the sets.
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+
+def heldout_sets(folder: str):
+    """(name, english file, other file) for every held-out set in `folder`."""
+    sets = []
+    for english in sorted(glob.glob(os.path.join(folder, "*.en"))):
+        base = english[:-3]
+        others = [p for p in glob.glob(base + ".*") if p != english]
+        if len(others) != 1:
+            raise ValueError(f"{base}.*: expected one translation file beside {english}")
+        sets.append((os.path.basename(base), english, others[0]))
+    if not sets:
+        raise ValueError(f"{folder}: no held-out *.en files (--heldout)")
+    return sets
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heldout", required=True)
+    parser.add_argument("--model", action="append", required=True)
+    parser.add_argument("--output")
+    args = parser.parse_args(argv)
+
+    import cmlm_tf
+    from cmlm_tf.evaluation import readers, retrieval
+
+    sets = heldout_sets(args.heldout)
+    report = {}
+    for model_dir in args.model:
+        model = cmlm_tf.load(model_dir)
+        rows, total = {}, 0
+        sums = {"src2tgt_accuracy": 0.0, "tgt2src_accuracy": 0.0}
+        for name, english_path, other_path in sets:
+            english, other = readers.read_aligned(english_path, other_path)
+            scores = retrieval.retrieval_accuracy(model.encode(english), model.encode(other))
+            rows[name] = scores
+            total += scores["num_pairs"]
+            for key in sums:
+                sums[key] += scores[key] * scores["num_pairs"]
+        rows["mean"] = {key: value / total for key, value in sums.items()}
+        rows["mean"]["num_pairs"] = total
+        report[model_dir] = rows
+    names = [name for name, _, _ in sets] + ["mean"]
+    print(f"{'set':<14}" + "".join(f"{os.path.basename(m.rstrip('/')):>34}" for m in args.model))
+    for name in names:
+        cells = "".join(
+            f"{report[m][name]['src2tgt_accuracy']:>16.4f} /"
+            f"{report[m][name]['tgt2src_accuracy']:>7.4f}{'':>9}" for m in args.model)
+        print(f"{name:<14}{cells}   (n={report[args.model[0]][name]['num_pairs']})")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

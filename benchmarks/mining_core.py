@@ -1,0 +1,145 @@
+r"""Time and peak memory of the bitext-mining core (`cmlm_tf.evaluation.mining.mine`).
+
+    python benchmarks/mining_core.py [--n 100000] [--dim 384] [--k 4] [--reference_n 5000]
+
+Synthetic float32 unit vectors: half of the targets are noisy copies of a source (planted
+translations, shuffled), the rest random. Each measurement runs in a fresh process and
+reports wall time, the peak memory the core allocates on top of its inputs (tracemalloc,
+which sees NumPy's buffers) and the process's peak resident set (ru_maxrss). A brute-force
+reference (full N×N similarity matrix) runs at `--reference_n`, checks that both give the same
+pairs, and gives the time and memory ratios there; at `--n` the full matrix's size is only
+computed.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from cmlm_tf.evaluation import knn, mining  # noqa: E402
+
+
+def synthetic(n: int, dim: int, planted: float, noise: float, seed: int):
+    """Sources, targets and the planted (source, target) index pairs."""
+    rng = np.random.default_rng(seed)
+    src = knn.normalize(rng.standard_normal((n, dim), dtype=np.float32))
+    tgt = knn.normalize(rng.standard_normal((n, dim), dtype=np.float32))
+    count = int(n * planted)
+    sources = rng.choice(n, count, replace=False)
+    targets = rng.choice(n, count, replace=False)
+    tgt[targets] = knn.normalize(src[sources] + noise * rng.standard_normal(
+        (count, dim), dtype=np.float32) / np.sqrt(dim))
+    return src, tgt, set(zip(sources.tolist(), targets.tolist()))
+
+
+def brute_force_mine(src: np.ndarray, tgt: np.ndarray, k: int) -> mining.MinedPairs:
+    """The same mining from the full similarity matrix (memory O(N²))."""
+    similarity = src @ tgt.T
+
+    def top(matrix):
+        indices = np.argsort(-matrix, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(matrix, indices, 1), indices
+
+    forward_cosines, forward_indices = top(similarity)
+    backward_cosines, backward_indices = top(similarity.T)
+    src_mean, tgt_mean = forward_cosines.mean(1), backward_cosines.mean(1)
+    forward = forward_cosines / ((src_mean[:, None] + tgt_mean[forward_indices]) / 2)
+    backward = backward_cosines / ((tgt_mean[:, None] + src_mean[backward_indices]) / 2)
+    return mining.max_retrieval(mining.MarginCandidates(
+        forward_indices, forward, forward_cosines, backward_indices, backward,
+        backward_cosines))
+
+
+def measure(args) -> dict:
+    """One run in this process: build inputs, then time and trace the mining core."""
+    src, tgt, planted = synthetic(args.n, args.dim, args.planted, args.noise, args.seed)
+    rss_inputs = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    tracemalloc.start()
+    start = time.perf_counter()
+    if args.method == "chunked":
+        pairs = mining.mine(src, tgt, k=args.k, block_bytes=args.block_mb * 2**20)
+    else:
+        pairs = brute_force_mine(src, tgt, args.k)
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    correct = np.array([pair in planted for pair in zip(pairs.src_indices.tolist(),
+                                                         pairs.tgt_indices.tolist())])
+    _, best = mining.best_f1_threshold(pairs.scores, correct, len(planted))
+    return {"method": args.method, "n": args.n, "seconds": seconds,
+            "core_peak_mib": peak / 2**20,
+            "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "rss_after_inputs_mib": rss_inputs, "inputs_mib": (src.nbytes + tgt.nbytes) / 2**20,
+            "pairs": len(pairs), "planted_found": int(correct.sum()),
+            "best_f1": best["f1"],
+            "pairs_digest": int(np.sum(pairs.src_indices * 1000003 + pairs.tgt_indices)
+                                % (2**61 - 1))}
+
+
+def in_subprocess(args, n: int, method: str) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--n", str(n),
+               "--method", method, "--dim", str(args.dim), "--k", str(args.k),
+               "--planted", str(args.planted), "--noise", str(args.noise),
+               "--seed", str(args.seed), "--block_mb", str(args.block_mb)]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def show(result: dict) -> None:
+    print(f"{result['method']:>8} n={result['n']:>7}  {result['seconds']:8.1f} s  "
+          f"core peak {result['core_peak_mib']:8.1f} MiB  max RSS {result['max_rss_mib']:8.1f} "
+          f"MiB (inputs {result['inputs_mib']:.1f} MiB)  pairs {result['pairs']}  "
+          f"planted found {result['planted_found']}  best F1 {result['best_f1']:.4f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100000, help="sentences per side")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--planted", type=float, default=0.5,
+                        help="share of targets that are noisy copies of a source")
+    parser.add_argument("--noise", type=float, default=4.0,
+                        help="noise norm relative to the unit vector, times sqrt(dim)")
+    parser.add_argument("--block_mb", type=int, default=128,
+                        help="similarity block size (knn.DEFAULT_BLOCK_BYTES is 128 MiB)")
+    parser.add_argument("--reference_n", type=int, default=5000,
+                        help="size for the brute-force comparison (0: skip)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--method", choices=["chunked", "brute_force"], default="chunked")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args)))
+        return
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"numpy {np.__version__}")
+    print(f"dim {args.dim}, k {args.k}, float32, block {args.block_mb} MiB, "
+          f"{args.planted:.0%} planted pairs")
+    if args.reference_n:
+        chunked = in_subprocess(args, args.reference_n, "chunked")
+        brute = in_subprocess(args, args.reference_n, "brute_force")
+        show(chunked)
+        show(brute)
+        same = chunked["pairs_digest"] == brute["pairs_digest"] and (
+            chunked["pairs"] == brute["pairs"])
+        print(f"same pairs: {same}; chunked/brute-force time "
+              f"{chunked['seconds'] / brute['seconds']:.2f}, core memory "
+              f"{chunked['core_peak_mib'] / brute['core_peak_mib']:.2f}")
+    result = in_subprocess(args, args.n, "chunked")
+    show(result)
+    full = args.n * args.n * 4 / 2**30
+    print(f"a full {args.n}×{args.n} float32 similarity matrix alone would take {full:.1f} GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""Translation pairs (bitext) from TSV or TFRecord files: one reader for every objective.
+
+Formats, chosen by `file_type` (`tsv` | `tfrecord`) or, when it is empty, by the extension
+(`.tsv`, `.txt` → tsv; `.tfrecord`, `.tfrecords`, `.record` → tfrecord):
+
+- TSV, UTF-8: `source<TAB>target`, one pair per line; with `num_hard_negatives: k`, the k
+  hard negatives of the pair follow as extra columns (`source<TAB>target<TAB>neg1…negk`).
+  Further columns are ignored.
+- TFRecord of `tf.Example` with bytes features `src_raw` and `tgt_raw` (Model Garden's LaBSE
+  format); hard negatives, when used, in a bytes-list feature `neg_raw`.
+
+A record is malformed when it lacks a field, a required field is empty (after trimming ASCII
+whitespace) or is not valid UTF-8. Malformed records are counted, the first few logged with
+file and line, and skipped; a corpus without any valid pair is an error.
+
+`read_bitext` yields string dicts `{"source", "target"[, "hard_negatives"]}`, so objectives
+that need raw text (BGT) or another packing (TLM) compose the same reader; `BitextFeaturizer`
+turns a batch of them into TF Hub input dicts for dual encoders.
+"""
+
+import dataclasses
+import os
+from typing import Dict, List, Optional, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from cmlm_tf import configs, tokenization
+from cmlm_tf.data.files import interleave_files, list_files
+
+FILE_TYPES = ("tsv", "tfrecord")
+_EXTENSIONS = {".tsv": "tsv", ".txt": "tsv", ".tfrecord": "tfrecord",
+               ".tfrecords": "tfrecord", ".record": "tfrecord"}
+_ASCII_WHITESPACE = " \t\n\r\f\v"
+SOURCE_FEATURE, TARGET_FEATURE, NEGATIVES_FEATURE = "src_raw", "tgt_raw", "neg_raw"
+
+
+@dataclasses.dataclass
+class BitextDataConfig(configs.TextDataConfig):
+    """Bitext input: Model Garden data fields plus the format and hard negatives.
+
+    `num_hard_negatives`: extra negative targets per pair, read from the files.
+    `shuffle_buffer_size`: pairs shuffled in memory while training.
+    """
+
+    seq_length: int = 128
+    num_hard_negatives: int = 0
+    shuffle_buffer_size: int = 100000
+
+
+@dataclasses.dataclass
+class BitextStats:
+    files: List[str]
+    file_type: str
+    records: int = 0
+    pairs: int = 0
+    malformed: int = 0
+    examples: List[str] = dataclasses.field(default_factory=list)
+
+
+def infer_file_type(files: Sequence[str], file_type: str = "",
+                    field: str = "file_type") -> str:
+    """`file_type` if set, else the one type every file's extension names."""
+    if file_type:
+        if file_type not in FILE_TYPES:
+            raise ValueError(f"{field} must be one of {FILE_TYPES}, got {file_type!r}")
+        return file_type
+    kinds = set()
+    for path in files:
+        name = path[:-3] if path.endswith(".gz") else path
+        kind = _EXTENSIONS.get(os.path.splitext(name)[1].lower())
+        if kind is None:
+            raise ValueError(f"{path}: cannot tell the bitext format from the extension; set "
+                             f"{field} to one of {FILE_TYPES}")
+        kinds.add(kind)
+    if len(kinds) > 1:
+        raise ValueError(f"input files mix {sorted(kinds)} formats; set {field} explicitly")
+    return kinds.pop()
+
+
+def _check_fields(fields: Sequence[bytes], needed: int) -> Optional[str]:
+    """Why a record's fields are malformed, or None."""
+    if len(fields) < needed:
+        return f"{len(fields)} field(s), expected at least {needed}"
+    for index, value in enumerate(fields[:needed]):
+        if not value.strip(_ASCII_WHITESPACE.encode()):
+            return f"field {index + 1} is empty"
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"field {index + 1} is not valid UTF-8"
+    return None
+
+
+def _records_of(path: str, file_type: str):
+    """(line or record number, fields) of one file, in the reader's field order."""
+    if file_type == "tsv":
+        with tf.io.gfile.GFile(path, "rb") as f:
+            for number, line in enumerate(f, start=1):
+                yield number, line.rstrip(b"\r\n").split(b"\t")
+        return
+    compression = "GZIP" if path.endswith(".gz") else ""
+    records = tf.data.TFRecordDataset(path, compression_type=compression)
+    for number, raw in enumerate(records.as_numpy_iterator(), start=1):
+        try:
+            feature = tf.train.Example.FromString(raw).features.feature
+        except Exception:  # noqa: BLE001  (any undecodable record is malformed)
+            yield number, []
+            continue
+        fields = []
+        for key in (SOURCE_FEATURE, TARGET_FEATURE):
+            values = feature[key].bytes_list.value if key in feature else []
+            if not values:
+                break
+            fields.append(values[0])
+        else:
+            if NEGATIVES_FEATURE in feature:
+                fields.extend(feature[NEGATIVES_FEATURE].bytes_list.value)
+        yield number, fields
+
+
+def scan_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
+                field: str = "input_path", max_examples: int = 5) -> BitextStats:
+    """Counts valid and malformed records, logging the first malformed ones."""
+    stats = BitextStats(files=list(files), file_type=file_type)
+    needed = 2 + num_hard_negatives
+    for path in files:
+        try:
+            for number, fields in _records_of(path, file_type):
+                stats.records += 1
+                problem = _check_fields(fields, needed)
+                if problem is None:
+                    stats.pairs += 1
+                    continue
+                stats.malformed += 1
+                if len(stats.examples) < max_examples:
+                    where = "line" if file_type == "tsv" else "record"
+                    stats.examples.append(f"{path} {where} {number}: {problem}")
+        except (OSError, tf.errors.OpError) as e:
+            raise OSError(f"{path}: cannot read as {file_type} ({field}): "
+                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    for example in stats.examples:
+        logging.warning("Skipping malformed bitext: %s", example)
+    if stats.malformed > len(stats.examples):
+        logging.warning("... %d malformed records in all", stats.malformed)
+    if stats.pairs == 0:
+        shown = ", ".join(files[:3]) + ("..." if len(files) > 3 else "")
+        raise ValueError(f"{field}: {shown} holds no valid {file_type} translation pair "
+                         f"({stats.records} records, {stats.malformed} malformed)")
+    return stats
+
+
+def _valid(fields: tf.Tensor) -> tf.Tensor:
+    non_empty = tf.reduce_all(tf.strings.length(tf.strings.strip(fields)) > 0)
+    utf8 = tf.reduce_all(tf.equal(tokenization.valid_utf8(fields), fields))
+    return tf.logical_and(non_empty, utf8)
+
+
+def _parse_tsv_line(line: tf.Tensor, needed: int):
+    fields = tf.strings.split(tf.strings.regex_replace(line, "\r$", ""), "\t")
+    enough = tf.size(fields) >= needed
+    padded = tf.concat([fields, tf.fill([tf.maximum(needed - tf.size(fields), 0)], "")], 0)
+    kept = padded[:needed]
+    return tf.logical_and(enough, _valid(kept)), kept
+
+
+def _parse_tfrecord(record: tf.Tensor, needed: int):
+    parsed = tf.io.parse_single_example(record, {
+        SOURCE_FEATURE: tf.io.FixedLenFeature([], tf.string, default_value=""),
+        TARGET_FEATURE: tf.io.FixedLenFeature([], tf.string, default_value=""),
+        NEGATIVES_FEATURE: tf.io.VarLenFeature(tf.string)})
+    negatives = tf.sparse.to_dense(parsed[NEGATIVES_FEATURE], default_value="")
+    fields = tf.concat([[parsed[SOURCE_FEATURE], parsed[TARGET_FEATURE]], negatives], 0)
+    enough = tf.size(fields) >= needed
+    padded = tf.concat([fields, tf.fill([tf.maximum(needed - tf.size(fields), 0)], "")], 0)
+    kept = padded[:needed]
+    return tf.logical_and(enough, _valid(kept)), kept
+
+
+def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
+                input_context=None, is_training: bool = True,
+                shuffle_buffer_size: int = 100000,
+                seed: Optional[int] = None) -> tf.data.Dataset:
+    """Yields `{"source": str, "target": str}` (+ `"hard_negatives": str [k]`) per valid pair.
+
+    Training repeats and shuffles (files, then pairs); evaluation reads once, in order.
+    Malformed records are skipped (see `scan_bitext` for counting them).
+    """
+    needed = 2 + num_hard_negatives
+    if file_type == "tsv":
+        def read(path):
+            return tf.data.TextLineDataset(path).map(lambda line: _parse_tsv_line(line, needed))
+    else:
+        def read(path):
+            compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
+            # Records that are not tf.Examples fail to parse; `scan_bitext` counted them.
+            return tf.data.TFRecordDataset(path, compression_type=compression).map(
+                lambda record: _parse_tfrecord(record, needed)).ignore_errors()
+    dataset = interleave_files(files, read, input_context, is_training, seed)
+    dataset = dataset.filter(lambda ok, fields: ok)
+
+    def to_dict(ok, fields):
+        pair = {"source": tf.strings.strip(fields[0]), "target": tf.strings.strip(fields[1])}
+        if num_hard_negatives:
+            pair["hard_negatives"] = tf.strings.strip(fields[2:])
+        return pair
+
+    dataset = dataset.map(to_dict)
+    if is_training and shuffle_buffer_size > 1:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    return dataset
+
+
+def text_fingerprint(texts: tf.Tensor, lower_case: bool = False) -> tf.Tensor:
+    """int64 fingerprints of trimmed (and optionally lower-cased) texts, to spot duplicates."""
+    texts = tf.strings.strip(texts)
+    if lower_case:
+        texts = tf.strings.lower(texts, encoding="utf-8")
+    return tf.strings.to_hash_bucket_fast(texts, 2 ** 62)
+
+
+class BitextFeaturizer:
+    """Tokenises a batch of `read_bitext` pairs for a dual encoder, in one place.
+
+    Output dict: `source`, `target` (TF Hub input dicts, int32 [batch, seq_length]),
+    `hard_negatives` (the same for the [batch · k] negatives, row i's at i·k…i·k+k−1) when
+    k > 0, and `source_id`, `target_id` (int64 [batch] text fingerprints, so the loss can
+    leave in-batch duplicates out of the negatives).
+    """
+
+    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int):
+        self.tokenizer = tokenization.build_tokenizer(tokenizer_config)
+        self.special = tokenization.special_token_ids(self.tokenizer)
+        self.seq_length = seq_length
+        self.lower_case = bool(tokenizer_config.lower_case)
+
+    def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
+                                              self.seq_length, pad_to_seq_length=True)
+
+    def __call__(self, pairs: Dict[str, tf.Tensor]) -> Dict:
+        features = {
+            "source": self.pack(pairs["source"]),
+            "target": self.pack(pairs["target"]),
+            "source_id": text_fingerprint(pairs["source"], self.lower_case),
+            "target_id": text_fingerprint(pairs["target"], self.lower_case),
+        }
+        if "hard_negatives" in pairs:
+            features["hard_negatives"] = self.pack(tf.reshape(pairs["hard_negatives"], [-1]))
+        return features
+
+
+def bitext_files(data_config, field: str = "task.train_data") -> BitextStats:
+    """Lists, types and scans the files of a `BitextDataConfig`; logs a summary."""
+    files = list_files(data_config.input_path, field=f"{field}.input_path")
+    file_type = infer_file_type(files, data_config.file_type, field=f"{field}.file_type")
+    stats = scan_bitext(files, file_type, data_config.num_hard_negatives,
+                        field=f"{field}.input_path")
+    logging.info("Bitext %s: %d %s files, %d pairs, %d malformed records skipped", field,
+                 len(files), file_type, stats.pairs, stats.malformed)
+    return stats
+
+
+def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.TokenizerConfig,
+                   input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
+    """The dual-encoder input pipeline: batched, tokenised pairs with static shapes."""
+    if data_config.num_hard_negatives < 0:
+        raise ValueError(f"{field}.num_hard_negatives must be >= 0, got "
+                         f"{data_config.num_hard_negatives}")
+    stats = bitext_files(data_config, field)
+    batch_size = data_config.global_batch_size
+    if batch_size <= 0:
+        raise ValueError(f"{field}.global_batch_size must be positive, got {batch_size}")
+    if input_context:
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    is_training = bool(data_config.is_training)
+    featurizer = BitextFeaturizer(tokenizer_config, data_config.seq_length)
+    pairs = read_bitext(stats.files, stats.file_type, data_config.num_hard_negatives,
+                        input_context=input_context, is_training=is_training,
+                        shuffle_buffer_size=data_config.shuffle_buffer_size,
+                        seed=data_config.seed)
+    batches = pairs.batch(batch_size, drop_remainder=data_config.drop_remainder or is_training)
+    batches = batches.map(featurizer, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=data_config.seed is not None or not is_training)
+    return batches.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,329 @@
+r"""Evaluates an exported encoder with the published protocols.
+
+    python -m cmlm_tf.evaluate sts --model EXPORT_DIR --data sts-dev.csv [--format stsb|tsv]
+    python -m cmlm_tf.evaluate retrieval --model EXPORT_DIR (--src F --tgt F | --pairs F.tsv)
+    python -m cmlm_tf.evaluate mining --model EXPORT_DIR --src F --tgt F --gold F \
+        [--margin ratio|distance] [--k 4] [--threshold T]
+    python -m cmlm_tf.evaluate bias --model EXPORT_DIR --data DIR --langs eng,spa,deu [--k 10]
+    python -m cmlm_tf.evaluate classify --model EXPORT_DIR --train F --test F [--dev F]
+    python -m cmlm_tf.evaluate pcr --model EXPORT_DIR --input en=F --input es=F --save_pcr F
+
+Every task prints a table and, with `--output report.json`, writes its metrics (accuracies,
+precision, recall, F1 and shares as fractions). `retrieval`, `mining` and `bias` take `--pcr`
+(fit per-language principal component removal on the evaluated sentences; `--save_pcr F`
+keeps the components) or `--pcr_file F` (apply components saved earlier). Bad files or
+arguments stop with a one-line error and exit code 2.
+"""
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from cmlm_tf.evaluation import mining, readers
+
+TASKS = ("sts", "retrieval", "mining", "bias", "classify", "pcr")
+PCR_TASKS = ("retrieval", "mining", "bias")
+
+
+class UsageError(ValueError):
+    """A bad combination of command-line arguments."""
+
+
+def _common_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", required=True, help="folder written by export.export_tfhub")
+    common.add_argument("--output", help="write the report as JSON to this file")
+    common.add_argument("--batch_size", type=int, default=64, help="encode batch size")
+    return common
+
+
+def add_pcr_arguments(parser: argparse.ArgumentParser, languages: bool = True) -> None:
+    """`--pcr`, `--pcr_file`, `--save_pcr` (and `--src_lang`/`--tgt_lang` when asked)."""
+    group = parser.add_argument_group("principal component removal")
+    exclusive = group.add_mutually_exclusive_group()
+    exclusive.add_argument("--pcr", action="store_true",
+                           help="fit one component per language on the evaluated sentences "
+                                "and remove it")
+    exclusive.add_argument("--pcr_file", help="apply components saved with --save_pcr")
+    group.add_argument("--save_pcr", help="with --pcr: save the fitted components (JSON)")
+    if languages:
+        group.add_argument("--src_lang", default="src",
+                           help="language name of the source side, for PCR files "
+                                "(default: src)")
+        group.add_argument("--tgt_lang", default="tgt",
+                           help="language name of the target side (default: tgt)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cmlm_tf.evaluate",
+        description="Evaluate an exported cmlm_tf encoder: STS, translation retrieval, "
+                    "bitext mining (BUCC), same-language bias, linear-probe classification.")
+    tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
+    common = _common_parser()
+
+    sts = tasks.add_parser("sts", parents=[common], help="Spearman/Pearson of cosine vs gold")
+    sts.add_argument("--data", required=True, help="STS file")
+    sts.add_argument("--format", choices=readers.STS_FORMATS, default="auto",
+                     help="stsb: score in column 5, sentences in 6 and 7; tsv: s1, s2, score; "
+                          "auto (default): tsv when a line has 3 fields")
+
+    retrieval = tasks.add_parser("retrieval", parents=[common],
+                                 help="top-1 translation retrieval accuracy, both directions")
+    retrieval.add_argument("--src", help="one sentence per line (Tatoeba layout)")
+    retrieval.add_argument("--tgt", help="the translations, line-aligned with --src")
+    retrieval.add_argument("--pairs", help="instead of --src/--tgt: source<TAB>target lines")
+    add_pcr_arguments(retrieval)
+
+    mine = tasks.add_parser("mining", parents=[common],
+                            help="BUCC: margin-based mining, precision/recall/F1 vs gold")
+    mine.add_argument("--src", required=True, help="id<TAB>sentence")
+    mine.add_argument("--tgt", required=True, help="id<TAB>sentence")
+    mine.add_argument("--gold", required=True, help="src_id<TAB>tgt_id")
+    mine.add_argument("--margin", choices=mining.MARGINS, default="ratio")
+    mine.add_argument("--k", type=int, default=4, help="neighbours for the margin (LASER: 4)")
+    mine.add_argument("--threshold", type=float,
+                      help="keep pairs scoring at least this; default: the best-F1 threshold")
+    add_pcr_arguments(mine)
+
+    bias = tasks.add_parser("bias", parents=[common],
+                            help="share of nearest neighbours in the query's own language")
+    bias.add_argument("--data", required=True, help="folder of line-aligned DIR/<lang>.txt")
+    bias.add_argument("--langs", required=True, help="comma-separated languages (file names)")
+    bias.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
+    add_pcr_arguments(bias, languages=False)
+
+    probe = tasks.add_parser("classify", parents=[common],
+                             help="logistic-regression probe accuracy on frozen embeddings")
+    probe.add_argument("--train", required=True, help="text<TAB>label")
+    probe.add_argument("--test", required=True, help="text<TAB>label")
+    probe.add_argument("--dev", help="text<TAB>label; chooses C (default: 5-fold CV on train)")
+
+    fit = tasks.add_parser("pcr", parents=[common],
+                           help="fit PCR components on given files and save them")
+    fit.add_argument("--input", action="append", required=True, metavar="LANG=FILE",
+                     help="sentences of one language, one per line (repeatable)")
+    fit.add_argument("--save_pcr", required=True, help="output file (JSON)")
+    return parser
+
+
+def _check_arguments(args) -> None:
+    if args.batch_size <= 0:
+        raise UsageError(f"--batch_size must be positive, got {args.batch_size}")
+    if getattr(args, "k", 1) < 1:
+        raise UsageError(f"--k must be positive, got {args.k}")
+    if args.task in PCR_TASKS and args.save_pcr and not args.pcr:
+        raise UsageError("--save_pcr needs --pcr (there is nothing fitted to save)")
+    if args.task == "retrieval":
+        if args.pairs and (args.src or args.tgt):
+            raise UsageError("give either --pairs or --src and --tgt, not both")
+        if not args.pairs and not (args.src and args.tgt):
+            raise UsageError("retrieval needs --src and --tgt, or --pairs")
+
+
+def parse_language_files(values: Sequence[str]) -> List[Tuple[str, str]]:
+    """`LANG=FILE` strings → [(lang, file)]."""
+    parsed = []
+    for value in values:
+        language, sep, path = value.partition("=")
+        if not sep or not language or not path:
+            raise UsageError(f"--input {value!r}: expected LANG=FILE")
+        parsed.append((language, path))
+    return parsed
+
+
+def load_pcr(path: Optional[str]):
+    """The components saved at `path`, or None."""
+    if not path:
+        return None
+    from cmlm_tf.evaluation.pcr import PCRComponents
+
+    return PCRComponents.load(path)
+
+
+def check_pcr_languages(pcr, languages: Sequence[str], path: str) -> None:
+    """Stops before encoding when `pcr` lacks one of `languages`."""
+    if pcr is None:
+        return
+    missing = [lang for lang in languages if lang not in pcr.components]
+    if missing:
+        raise UsageError(f"{path}: no PCR component for {', '.join(missing)} (the file has "
+                         f"{', '.join(sorted(pcr.components))}); name the sides with "
+                         "--src_lang/--tgt_lang or --langs")
+
+
+def load_encoder(export_dir: str, batch_size: int):
+    """An `encode(texts)` function for the export (progress bar on a terminal)."""
+    import cmlm_tf
+
+    model = cmlm_tf.load(export_dir)
+
+    def encode(texts):
+        print(f"encoding {len(texts)} sentences", file=sys.stderr, flush=True)
+        return model.encode(texts, batch_size=batch_size)
+
+    return encode
+
+
+def _read_inputs(args) -> Dict[str, object]:
+    """Reads and checks every input file before the model is loaded."""
+    if args.task == "sts":
+        first, second, gold = readers.read_sts(args.data, args.format)
+        return {"first": first, "second": second, "gold": gold}
+    if args.task == "retrieval":
+        if args.pairs:
+            src, tgt = readers.read_bitext_tsv(args.pairs)
+        else:
+            src, tgt = readers.read_aligned(args.src, args.tgt)
+        return {"src": src, "tgt": tgt}
+    if args.task == "mining":
+        src_ids, src = readers.read_id_sentences(args.src)
+        tgt_ids, tgt = readers.read_id_sentences(args.tgt)
+        return {"src_ids": src_ids, "src": src, "tgt_ids": tgt_ids, "tgt": tgt,
+                "gold": readers.read_gold_pairs(args.gold)}
+    if args.task == "bias":
+        languages = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
+        if len(languages) < 2:
+            raise UsageError(f"--langs: need at least 2 languages, got {args.langs!r}")
+        texts = readers.read_multiway(args.data, languages)
+        pool = sum(len(lines) for lines in texts.values())
+        if args.k > pool - 1:
+            raise UsageError(f"--k {args.k} is more than the {pool - 1} other sentences")
+        return {"texts": texts}
+    if args.task == "classify":
+        splits = {"train": readers.read_labelled(args.train),
+                  "test": readers.read_labelled(args.test)}
+        if args.dev:
+            splits["dev"] = readers.read_labelled(args.dev)
+        return splits
+    languages = parse_language_files(args.input)
+    names = [lang for lang, _ in languages]
+    if len(set(names)) != len(names):
+        raise UsageError("--input: a language is given twice")
+    return {"texts": {lang: readers.read_sentences(path, skip_empty=True)
+                      for lang, path in languages}}
+
+
+def _languages(args, inputs) -> List[str]:
+    if args.task == "bias":
+        return list(inputs["texts"])
+    return [args.src_lang, args.tgt_lang]
+
+
+def run(args) -> Dict[str, object]:
+    """Runs one parsed command; returns the report."""
+    from cmlm_tf.evaluation import suite
+    from cmlm_tf.evaluation.pcr import PCRComponents
+
+    _check_arguments(args)
+    inputs = _read_inputs(args)
+    pcr = None
+    if args.task in PCR_TASKS:
+        pcr = load_pcr(args.pcr_file)
+        check_pcr_languages(pcr, _languages(args, inputs), args.pcr_file)
+    encode = load_encoder(args.model, args.batch_size)
+    fitted = None
+    pcr_options = {}
+    if args.task in PCR_TASKS:
+        pcr_options = {"fit_pcr": args.pcr, "pcr": pcr}
+    if args.task == "sts":
+        metrics = suite.run_sts(encode, inputs["first"], inputs["second"], inputs["gold"])
+    elif args.task == "retrieval":
+        metrics, fitted = suite.run_retrieval(encode, inputs["src"], inputs["tgt"],
+                                              args.src_lang, args.tgt_lang, **pcr_options)
+    elif args.task == "mining":
+        metrics, fitted = suite.run_mining(
+            encode, inputs["src_ids"], inputs["src"], inputs["tgt_ids"], inputs["tgt"],
+            inputs["gold"], k=args.k, margin=args.margin, threshold=args.threshold,
+            src_lang=args.src_lang, tgt_lang=args.tgt_lang, **pcr_options)
+    elif args.task == "bias":
+        metrics, fitted = suite.run_bias(encode, inputs["texts"], k=args.k, **pcr_options)
+    elif args.task == "classify":
+        metrics = suite.run_classify(encode, inputs["train"], inputs["test"],
+                                     inputs.get("dev"))
+    else:
+        fitted = PCRComponents.fit({lang: encode(texts)
+                                    for lang, texts in inputs["texts"].items()})
+        metrics = {"languages": list(fitted.components), "dim": fitted.dim}
+    if fitted is not None and args.save_pcr:
+        fitted.save(args.save_pcr)
+    return {"task": args.task, "model": args.model, "inputs": _input_files(args),
+            "pcr": _pcr_summary(args), "metrics": metrics}
+
+
+def _input_files(args) -> Dict[str, object]:
+    names = ("data", "format", "src", "tgt", "pairs", "gold", "langs", "train", "test", "dev",
+             "input")
+    return {name: getattr(args, name) for name in names if getattr(args, name, None)}
+
+
+def _pcr_summary(args) -> Dict[str, object]:
+    if args.task == "pcr":
+        return {"mode": "fitted", "saved_to": args.save_pcr}
+    if args.task not in PCR_TASKS or not (args.pcr or args.pcr_file):
+        return {"mode": "none"}
+    if args.pcr_file:
+        return {"mode": "file", "file": args.pcr_file}
+    return {"mode": "fitted", "saved_to": args.save_pcr}
+
+
+def _flatten(metrics: Dict[str, object], prefix: str = "") -> List[Tuple[str, object]]:
+    rows = []
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            rows.extend(_flatten(value, f"{prefix}{name}."))
+        else:
+            rows.append((prefix + name, value))
+    return rows
+
+
+def format_table(report: Dict[str, object]) -> str:
+    """The report's metrics as an aligned two-column table."""
+    rows = _flatten(report["metrics"])
+    pcr = report["pcr"]["mode"]
+    title = f"{report['task']} — {report['model']}" + ("" if pcr == "none" else
+                                                       f" (PCR: {pcr})")
+    width = max(len(name) for name, _ in rows)
+    lines = [title, "-" * max(len(title), width + 12)]
+    for name, value in rows:
+        if isinstance(value, float):
+            text = f"{value:.4f}" if abs(value) < 1e4 else f"{value:.6g}"
+        elif isinstance(value, list):
+            text = ",".join(str(v) for v in value)
+        else:
+            text = str(value)
+        lines.append(f"{name:<{width}}  {text:>10}")
+    return "\n".join(lines)
+
+
+def write_report(report: Dict[str, object], path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args)
+        print(format_table(report))
+        if args.output:
+            write_report(report, args.output)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def one_line(error: Exception) -> str:
+    """The first line of an error's message (its type when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

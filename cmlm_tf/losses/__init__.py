@@ -1,0 +1,1 @@
+"""Training losses shared by the cmlm_tf objectives."""

@@ -1,0 +1,163 @@
+"""Bidirectional in-batch softmax with an additive margin (translation ranking).
+
+For sources x_i and targets y_j (L2-normalised inside the loss),
+
+    logits_ij = scale · (cos(x_i, y_j) − margin · [j = i])
+
+and the loss is the cross-entropy over each row (x → y) plus the cross-entropy over each
+column (y → x), each averaged over the batch. The defaults, margin 0.3 and scale 100, are
+LaBSE's (a factor 10 on each normalised embedding); the margin is in cosine units, as in
+Model Garden's LaBSE configs. Scale and margin live only here: exported embeddings stay plain
+L2-normalised vectors.
+
+Hard negatives are extra target columns for the x → y direction: each row sees every target
+and every hard negative of the (global) batch; the y → x direction ranks sources only.
+
+Under a `tf.distribute` strategy, the function gathers every replica's embeddings, so each
+softmax runs over the global batch and the positive of local row i is column
+`replica_id · local_batch + i`. The returned loss is the mean over the replica's own rows;
+Model Garden's train step divides it by the number of replicas and sums the gradients, which
+gives exactly the loss and gradients of one device holding the whole global batch. Batches
+must have the same static size on every replica (`drop_remainder`).
+"""
+
+from typing import Dict, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from cmlm_tf.losses import cross_replica
+
+
+def _normalize(x: tf.Tensor) -> tf.Tensor:
+    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
+
+
+def _masked_logits(similarity, positive, duplicates, margin, scale):
+    """scale · (cos − margin at the positive); duplicates of the positive are excluded."""
+    logits = scale * (similarity - margin * positive)
+    if duplicates is not None:
+        excluded = tf.logical_and(duplicates, positive < 0.5)
+        logits = tf.where(excluded, tf.constant(-1e9, logits.dtype), logits)
+    return logits
+
+
+def additive_margin_softmax_loss(
+    source: tf.Tensor,
+    target: tf.Tensor,
+    margin: float = 0.3,
+    scale: float = 100.0,
+    hard_negatives: Optional[tf.Tensor] = None,
+    source_ids: Optional[tf.Tensor] = None,
+    target_ids: Optional[tf.Tensor] = None,
+    bidirectional: bool = True,
+) -> Dict[str, tf.Tensor]:
+    """The bidirectional additive-margin softmax loss over the global batch.
+
+    Args:
+        source: float [batch, dim] embeddings of the sources (this replica's rows).
+        target: float [batch, dim] embeddings of their translations.
+        margin: subtracted from the positive's cosine.
+        scale: multiplies the (margin-adjusted) cosines.
+        hard_negatives: optional float [batch · k, dim], row i's k hard negatives at rows
+            i·k … i·k+k−1 (any layout works: every hard negative is a negative of every row).
+        source_ids, target_ids: optional int64 [batch] fingerprints of the texts. A column
+            whose source or target text equals row i's is a translation of row i, not a
+            negative, and is left out of row i's softmax (duplicates inside a batch).
+        bidirectional: add the y → x direction (columns).
+
+    Returns:
+        dict: `loss` (scalar, mean over local rows of the summed directions),
+        `source_to_target_loss`, `target_to_source_loss`, `source_to_target_correct` and
+        `target_to_source_correct` (float [batch]: whether the positive has the top logit),
+        `positive_cosine` [batch].
+    """
+    source = _normalize(source)
+    target = _normalize(target)
+    local_batch = tf.shape(source)[0]
+    offset = cross_replica.replica_offset(local_batch)
+    labels = offset + tf.range(local_batch)
+
+    all_source = cross_replica.all_gather(source)
+    all_target = cross_replica.all_gather(target)
+    global_batch = tf.shape(all_target)[0]
+    positive = tf.one_hot(labels, global_batch, dtype=tf.float32)
+
+    duplicates = None
+    if source_ids is not None and target_ids is not None:
+        all_source_ids = cross_replica.all_gather(source_ids)
+        all_target_ids = cross_replica.all_gather(target_ids)
+        duplicates = tf.logical_or(
+            tf.equal(source_ids[:, None], all_source_ids[None, :]),
+            tf.equal(target_ids[:, None], all_target_ids[None, :]))
+
+    columns = all_target
+    row_positive = positive
+    row_duplicates = duplicates
+    if hard_negatives is not None:
+        all_negatives = cross_replica.all_gather(_normalize(hard_negatives))
+        num_negatives = tf.shape(all_negatives)[0]
+        columns = tf.concat([all_target, all_negatives], axis=0)
+        row_positive = tf.concat([positive, tf.zeros([local_batch, num_negatives])], axis=1)
+        if duplicates is not None:
+            row_duplicates = tf.concat(
+                [duplicates, tf.zeros([local_batch, num_negatives], tf.bool)], axis=1)
+
+    row_logits = _masked_logits(tf.matmul(source, columns, transpose_b=True), row_positive,
+                                row_duplicates, margin, scale)
+    forward = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, row_logits)
+    outputs = {
+        "source_to_target_loss": tf.reduce_mean(forward),
+        "source_to_target_correct": _is_top(row_logits, labels),
+        "positive_cosine": tf.reduce_sum(source * target, axis=-1),
+    }
+    loss = outputs["source_to_target_loss"]
+    if bidirectional:
+        column_logits = _masked_logits(tf.matmul(target, all_source, transpose_b=True),
+                                       positive, duplicates, margin, scale)
+        backward = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, column_logits)
+        outputs["target_to_source_loss"] = tf.reduce_mean(backward)
+        outputs["target_to_source_correct"] = _is_top(column_logits, labels)
+        loss += outputs["target_to_source_loss"]
+    outputs["loss"] = loss
+    return outputs
+
+
+def _is_top(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return tf.cast(tf.equal(best, labels), tf.float32)
+
+
+@tf_keras.utils.register_keras_serializable(package="cmlm_tf")
+class AdditiveMarginSoftmax(tf_keras.layers.Layer):
+    """Keras form of `additive_margin_softmax_loss`.
+
+    Args:
+        margin: subtracted from the positive's cosine, before scaling (LaBSE: 0.3).
+        scale: multiplies the margin-adjusted cosines (LaBSE: 100).
+        bidirectional: add the target → source direction.
+
+    Call args:
+        source, target: float [batch, dim]; row i of each is a translation pair.
+        hard_negatives, source_ids, target_ids: as in `additive_margin_softmax_loss`.
+
+    Returns:
+        The dict of `additive_margin_softmax_loss`; `loss` is the scalar to minimise.
+    """
+
+    def __init__(self, margin: float = 0.3, scale: float = 100.0, bidirectional: bool = True,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.margin = margin
+        self.scale = scale
+        self.bidirectional = bidirectional
+
+    def call(self, source, target, hard_negatives=None, source_ids=None, target_ids=None):
+        return additive_margin_softmax_loss(
+            source, target, margin=self.margin, scale=self.scale,
+            hard_negatives=hard_negatives, source_ids=source_ids, target_ids=target_ids,
+            bidirectional=self.bidirectional)
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin, "scale": self.scale,
+                "bidirectional": self.bidirectional}

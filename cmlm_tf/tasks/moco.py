@@ -1,0 +1,168 @@
+"""Dual momentum contrast on translation pairs and the `cmlm_tf/moco` experiment.
+
+Loss L(x, y) + L(y, x): InfoNCE of each source query against its translation's momentum key
+and the target-side queue, and the reverse (`cmlm_tf.losses.info_nce`). The model, the
+momentum update and the queues are in `cmlm_tf.modeling.momentum_contrast`.
+"""
+
+import dataclasses
+from typing import Optional
+
+import tensorflow as tf
+import tf_keras
+from official.core import config_definitions as cfg
+from official.core import exp_factory, task_factory
+from official.modeling import hyperparams
+
+from cmlm_tf import configs
+from cmlm_tf.data import bitext
+from cmlm_tf.losses import info_nce
+from cmlm_tf.modeling import momentum_contrast, sentence_encoder
+from cmlm_tf.tasks import base
+from cmlm_tf.tasks.bitext import adamw_optimizer
+
+
+@dataclasses.dataclass
+class MomentumContrastConfig(hyperparams.Config):
+    """Dual momentum contrast (paper: queue 409,600, τ 0.04, m 0.999).
+
+    `queue_size`: K keys per side; at least the global batch (each step enqueues all of it).
+    `temperature`: τ of the InfoNCE softmax.
+    `momentum`: m of θ_k ← m·θ_k + (1 − m)·θ_q; 0 is the paper's "w/o momentum" ablation.
+    `shared_encoder`: one query encoder for both sides; false gives the target side its own
+        (same architecture and tokenizer), exported with `--encoder_key target_encoder`.
+    `target_init_checkpoint`: with `shared_encoder: false`, a checkpoint whose `encoder` starts
+        the target side. Without it the target side starts from `init_checkpoint`'s
+        `target_encoder` when it has one, else from the warm-started source encoder.
+    `mask_duplicates`: queued pairs with a row's source or target text are not its negatives.
+    """
+
+    queue_size: int = 8192
+    temperature: float = 0.04
+    momentum: float = 0.99
+    shared_encoder: bool = True
+    target_init_checkpoint: str = ""
+    mask_duplicates: bool = True
+
+
+@dataclasses.dataclass
+class MomentumContrastTaskConfig(configs.SentenceTaskConfig):
+    moco: MomentumContrastConfig = dataclasses.field(default_factory=MomentumContrastConfig)
+    train_data: bitext.BitextDataConfig = dataclasses.field(
+        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
+    validation_data: bitext.BitextDataConfig = dataclasses.field(
+        default_factory=lambda: bitext.BitextDataConfig(is_training=False))
+
+
+@exp_factory.register_config_factory("cmlm_tf/moco")
+def moco_experiment() -> cfg.ExperimentConfig:
+    """Defaults for fine-tuning warm-started weights at a small batch: batch 32, a queue of
+    8,192 (256 batches), τ 0.04, m 0.99 (a time constant of 100 steps suits a run of a few
+    hundred steps; the paper's 0.999 is for ~70k). Paper-size settings are in
+    `configs/moco_bert_base.yaml`."""
+    task = MomentumContrastTaskConfig()
+    task.train_data.override({"global_batch_size": 32, "seq_length": 64})
+    task.validation_data.override({"global_batch_size": 32, "seq_length": 64})
+    return cfg.ExperimentConfig(
+        task=task,
+        trainer=cfg.TrainerConfig(
+            train_steps=1000, optimizer_config=adamw_optimizer(3e-5, 50, 1000),
+            checkpoint_interval=500, max_to_keep=3, summary_interval=100,
+            steps_per_loop=100, validation_steps=20, validation_interval=500),
+        restrictions=["task.train_data.is_training != None"])
+
+
+def validate_moco_config(config: MomentumContrastTaskConfig) -> None:
+    """Raises ValueError naming the first field of `task.moco` that cannot work."""
+    moco = config.moco
+    if moco.queue_size <= 0:
+        raise ValueError(f"task.moco.queue_size must be positive, got {moco.queue_size}")
+    batch = config.train_data.global_batch_size
+    if moco.queue_size < batch:
+        raise ValueError(f"task.moco.queue_size ({moco.queue_size}) must be at least "
+                         f"task.train_data.global_batch_size ({batch}): each step enqueues "
+                         "the whole global batch")
+    if moco.temperature <= 0:
+        raise ValueError(f"task.moco.temperature must be positive, got {moco.temperature}")
+    if not 0.0 <= moco.momentum <= 1.0:
+        raise ValueError(f"task.moco.momentum must be in [0, 1], got {moco.momentum}")
+    if moco.target_init_checkpoint and moco.shared_encoder:
+        raise ValueError("task.moco.target_init_checkpoint needs task.moco.shared_encoder: "
+                         "false")
+    if config.train_data.num_hard_negatives:
+        raise ValueError("task.train_data.num_hard_negatives must be 0: the queue provides "
+                         "the negatives of cmlm_tf/moco")
+
+
+METRICS = ("contrastive_loss", "source_to_target_accuracy", "target_to_source_accuracy",
+           "positive_cosine", "embedding_std", "queue_fill")
+
+
+@task_factory.register_task_cls(MomentumContrastTaskConfig)
+class MomentumContrastTask(base.SentenceTask):
+    """Dual momentum contrast: EMA key encoders and a FIFO queue of negatives per side."""
+
+    def build_model(self) -> momentum_contrast.DualMomentumContrast:
+        configs.validate_model_config(self.task_config.model)
+        validate_moco_config(self.task_config)
+        moco = self.task_config.moco
+        return momentum_contrast.DualMomentumContrast(
+            self.task_config.model.encoder, queue_size=moco.queue_size,
+            momentum=moco.momentum, shared_encoder=moco.shared_encoder,
+            mask_duplicates=moco.mask_duplicates)
+
+    def initialize(self, model: momentum_contrast.DualMomentumContrast):
+        """Warm start, then key encoders := query encoders.
+
+        Model Garden calls this only for a run without a checkpoint of its own; a resumed run
+        restores its key encoders and queues from that checkpoint instead.
+        """
+        super().initialize(model)
+        moco = self.task_config.moco
+        init_checkpoint = self.task_config.init_checkpoint
+        if not moco.shared_encoder:
+            if moco.target_init_checkpoint:
+                sentence_encoder.restore_encoder(model.target_encoder,
+                                                 moco.target_init_checkpoint)
+            elif init_checkpoint and not base.checkpoint_has(
+                    sentence_encoder.resolve_checkpoint(init_checkpoint), "target_encoder"):
+                model.copy_encoder_to_target()
+        model.reset_key_encoders()
+
+    def build_inputs(self, params: bitext.BitextDataConfig,
+                     input_context=None) -> tf.data.Dataset:
+        field = "task.train_data" if params.is_training else "task.validation_data"
+        return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
+                                     input_context=input_context, field=field)
+
+    def compute_losses(self, inputs, outputs):
+        temperature = self.task_config.moco.temperature
+        mask = outputs["negative_mask"]
+        forward = info_nce.info_nce_loss(outputs["source_to_target_positive"],
+                                         outputs["source_to_target_negatives"], temperature,
+                                         mask)
+        backward = info_nce.info_nce_loss(outputs["target_to_source_positive"],
+                                          outputs["target_to_source_negatives"], temperature,
+                                          mask)
+        queries = tf.concat([outputs["source"], outputs["target"]], axis=0)
+        loss = forward["loss"] + backward["loss"]
+        return {
+            "loss": loss,
+            "contrastive_loss": loss,
+            "source_to_target_correct": forward["correct"],
+            "target_to_source_correct": backward["correct"],
+            "positive_cosine": tf.reduce_sum(outputs["source"] * outputs["target"], axis=-1),
+            # Collapse monitor: about 1/sqrt(dim) for spread-out unit vectors, 0 if collapsed.
+            "embedding_std": tf.reduce_mean(tf.math.reduce_std(queries, axis=0)),
+            "queue_fill": outputs["queue_fill"],
+        }
+
+    def build_metrics(self, training: Optional[bool] = None):
+        return [tf_keras.metrics.Mean(name=name) for name in METRICS]
+
+    def update_metrics(self, metrics, inputs, outputs, losses):
+        values = dict(losses, source_to_target_accuracy=losses["source_to_target_correct"],
+                      target_to_source_accuracy=losses["target_to_source_correct"])
+        for metric in metrics:
+            if metric.name in values:
+                metric.update_state(values[metric.name])

@@ -1,0 +1,187 @@
+"""MLM + TLM pre-training: TLM packing and masks, the mix, progressive stacking, the recipe."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO_DIR, TINY_WORDS, tiny_encoder_config
+from test_cmlm import _env
+
+from cmlm_tf import configs
+from cmlm_tf.data import mlm_tlm
+from cmlm_tf.modeling import masked_lm
+
+CLS, SEP, PAD = 2, 3, 0  # ids of the tiny vocabulary (conftest.write_tiny_vocab)
+
+
+def _sentences(count, words, offset=0):
+    return [" ".join(words[(i + j + offset) % len(words)] for j in range(6 + i % 5))
+            for i in range(count)]
+
+
+def _featurizer(vocab, seq_length=40, seed=3):
+    tokenizer = configs.TokenizerConfig(vocab_file=str(vocab), lower_case=True)
+    return mlm_tlm.MLMTLMFeaturizer(tokenizer, seq_length, max_predictions_per_seq=80,
+                                    mask_ratio=0.2, seed=seed)
+
+
+def test_tlm_packs_both_sides_with_type_ids_and_masks_both(tiny_vocab):
+    count = 64
+    first, second = _sentences(count, TINY_WORDS), _sentences(count, TINY_WORDS, offset=7)
+    features = _featurizer(tiny_vocab)({
+        "first": tf.constant(first), "second": tf.constant(second),
+        "is_tlm": tf.ones([count])})
+    masked_ids = features["input_word_ids"].numpy()
+    mask = features["input_mask"].numpy()
+    types = features["input_type_ids"].numpy()
+    positions = features["masked_lm_positions"].numpy()
+    weights = features["masked_lm_weights"].numpy()
+    ids = masked_ids.copy()
+    rows = np.repeat(np.arange(count)[:, None], positions.shape[1], axis=1)
+    live = weights > 0
+    ids[rows[live], positions[live]] = features["masked_lm_ids"].numpy()[live]
+    masked_per_side, tokens_per_side = np.zeros(2), np.zeros(2)
+    for row in range(count):
+        length = mask[row].sum()
+        seps = np.flatnonzero(ids[row, :length] == SEP)
+        assert ids[row, 0] == CLS and len(seps) == 2 and seps[1] == length - 1
+        np.testing.assert_array_equal(types[row, :seps[0] + 1], 0)
+        np.testing.assert_array_equal(types[row, seps[0] + 1:length], 1)
+        np.testing.assert_array_equal(ids[row, length:], PAD)
+        chosen = positions[row][live[row]]
+        # 20 % of the maskable tokens, never a special token.
+        assert len(chosen) == max(1, round(0.2 * (length - 3)))
+        assert not np.isin(ids[row, chosen], [CLS, SEP, PAD]).any()
+        np.add.at(masked_per_side, types[row, chosen], 1)
+        tokens_per_side += [seps[0] - 1, length - seps[0] - 2]
+    # Masks fall on both sides, in proportion to their lengths.
+    share = masked_per_side[1] / masked_per_side.sum()
+    assert abs(share - tokens_per_side[1] / tokens_per_side.sum()) < 0.1, share
+
+
+def test_mlm_examples_are_one_segment_and_long_pairs_keep_both_sides(tiny_vocab):
+    long = " ".join(TINY_WORDS * 2)
+    features = _featurizer(tiny_vocab, seq_length=24)({
+        "first": tf.constant(["the man is playing", long]),
+        "second": tf.constant(["", long]), "is_tlm": tf.constant([0.0, 1.0])})
+    mask, types = features["input_mask"].numpy(), features["input_type_ids"].numpy()
+    assert mask[0].sum() == 6 and types[0].sum() == 0  # [CLS] 4 words [SEP]
+    assert mask[1].sum() == 24 and types[1].sum() == 12  # 10 + 11 tokens, trimmed evenly
+
+
+def _strings(items):
+    return tf.data.Dataset.from_tensor_slices(items).repeat()
+
+
+def test_mix_ratio_and_random_order_hold_on_average():
+    lines = _strings(["monolingual"])
+    pairs = _strings({"source": ["source"], "target": ["target"]})
+    examples = mlm_tlm.mixed_examples(lines, pairs, tlm_fraction=0.3, seed=5)
+    batch = next(iter(examples.batch(4000)))
+    is_tlm = batch["is_tlm"].numpy()
+    assert abs(is_tlm.mean() - 0.3) < 0.03
+    first, second = batch["first"].numpy(), batch["second"].numpy()
+    assert set(first[is_tlm == 0]) == {b"monolingual"} and set(second[is_tlm == 0]) == {b""}
+    source_first = (first[is_tlm == 1] == b"source").mean()
+    assert abs(source_first - 0.5) < 0.05
+    assert set(second[is_tlm == 1][first[is_tlm == 1] == b"target"]) == {b"source"}
+
+
+def _trained_like(config, seed):
+    model = masked_lm.MaskedLMPretrainer(config).build_variables()
+    rng = np.random.default_rng(seed)
+    for variable in model.encoder.weights + model.mlm_head.weights:
+        variable.assign(rng.normal(0, 0.1, variable.shape).astype(np.float32))
+    return model
+
+
+def _inputs(vocab_size, batch=3, length=10):
+    rng = np.random.default_rng(1)
+    mask = np.ones([batch, length], np.int32)
+    mask[0, 6:] = 0
+    return {"input_word_ids": tf.constant(rng.integers(5, vocab_size, [batch, length]),
+                                          tf.int32),
+            "input_mask": tf.constant(mask), "input_type_ids": tf.zeros([batch, length],
+                                                                        tf.int32)}
+
+
+def test_progressive_stacking_copies_layers_exactly(tmp_path):
+    shallow_config = tiny_encoder_config(60, num_layers=2)
+    shallow = _trained_like(shallow_config, seed=0)
+    prefix = tf.train.Checkpoint(**shallow.checkpoint_items).write(str(tmp_path / "ckpt"))
+    deep = masked_lm.MaskedLMPretrainer(shallow_config.replace(num_layers=5)).build_variables()
+    assert masked_lm.stack_from_checkpoint(deep, prefix) == 2
+    shallow_layers = shallow.encoder.bert.transformer_layers
+    for index, layer in enumerate(deep.encoder.bert.transformer_layers):
+        for a, b in zip(layer.weights, shallow_layers[index % 2].weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(deep.mlm_head.weights, shallow.mlm_head.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(deep.encoder.bert.get_embedding_table().numpy(),
+                                  shallow.encoder.bert.get_embedding_table().numpy())
+
+    # The deeper model differs only through the new layers: the first two layers' outputs
+    # are the shallow model's, and each new layer i is old layer i mod 2 applied on top.
+    inputs = _inputs(60)
+    deep_outputs = deep.encoder(inputs, training=False)["encoder_outputs"]
+    shallow_outputs = shallow.encoder(inputs, training=False)["encoder_outputs"]
+    for a, b in zip(deep_outputs[:2], shallow_outputs):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+    bert = shallow.encoder.bert
+    attention_mask = bert._attention_mask_layer(deep_outputs[0], inputs["input_mask"])
+    for index in range(2, 5):
+        expected = shallow_layers[index % 2]([deep_outputs[index - 1], attention_mask])
+        np.testing.assert_allclose(deep_outputs[index].numpy(), expected.numpy(), atol=1e-5)
+    assert not np.allclose(deep_outputs[-1].numpy(), shallow_outputs[-1].numpy(), atol=1e-3)
+
+
+def test_progressive_stacking_errors_name_the_option(tmp_path):
+    shallow = masked_lm.MaskedLMPretrainer(tiny_encoder_config(60, num_layers=2))
+    shallow.build_variables()
+    prefix = tf.train.Checkpoint(**shallow.checkpoint_items).write(str(tmp_path / "ckpt"))
+    wider = masked_lm.MaskedLMPretrainer(tiny_encoder_config(60, num_layers=4, hidden_size=48))
+    with pytest.raises(ValueError, match=r"task.init_stack_from: .*\(2 layers\) does not fit"
+                                         r" task.model.encoder") as error:
+        masked_lm.stack_from_checkpoint(wider.build_variables(), prefix)
+    assert "\n" not in str(error.value)
+    shallower = masked_lm.MaskedLMPretrainer(tiny_encoder_config(60, num_layers=1))
+    with pytest.raises(ValueError, match="has 2 layers, more than"):
+        masked_lm.stack_from_checkpoint(shallower.build_variables(), prefix)
+
+
+def test_recipes_load():
+    from cmlm_tf import train
+
+    recipe = str(REPO_DIR / "configs/labse_pretrain_base.yaml")
+    base = train.build_params("cmlm_tf/mlm_tlm", [recipe])
+    data = base.task.train_data
+    assert (data.global_batch_size, data.seq_length, data.mask_ratio,
+            data.max_predictions_per_seq) == (8192, 512, 0.2, 80)
+    assert base.task.model.tokenizer.lower_case is False
+    tiny = train.build_params("cmlm_tf/mlm_tlm", [str(REPO_DIR / "configs/mlm_tlm_tiny.yaml")])
+    assert tiny.task.bitext_data.input_path.endswith("bible_en_es.tsv")
+
+
+def test_tiny_labse_script_runs_three_stages_and_exports(tmp_path):
+    import cmlm_tf
+
+    env = dict(_env(), PYTHON=str(__import__("sys").executable), STAGE_STEPS="2 2 2",
+               BITEXT_STEPS="2", EXTRA_OVERRIDES=",".join([
+                   "task.model.encoder.hidden_size=32",
+                   "task.model.encoder.num_attention_heads=2",
+                   "task.model.encoder.intermediate_size=64",
+                   "task.train_data.global_batch_size=8", "trainer.steps_per_loop=2",
+                   "trainer.summary_interval=2", "trainer.validation_steps=1"]))
+    work = tmp_path / "labse"
+    result = subprocess.run(["bash", "configs/labse_tiny.sh", str(work)], cwd=REPO_DIR,
+                            capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Stacked 1 layers" in result.stderr and "Stacked 2 layers" in result.stderr
+    assert "Warm-started from" in result.stderr
+    for stage in ("stage1", "stage2", "stage3", "bitext"):
+        assert tf.train.latest_checkpoint(str(work / stage)).endswith("ckpt-2"), stage
+    model = cmlm_tf.load(os.fspath(work / "export"))
+    vectors = model.encode(["In the beginning was the Word.", "En el principio era el Verbo."])
+    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
