@@ -1,8 +1,11 @@
 """BERT-style masking, shared by every masked-language-model objective (CMLM, MLM, TLM)."""
 
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 import tensorflow as tf
+import tf_keras
+
+from cmlm_tf import configs, tokenization
 
 
 def mask_tokens(word_ids: tf.Tensor, input_mask: tf.Tensor, *, vocab_size: int,
@@ -91,3 +94,15 @@ def _split_seed(seed, count):
         if base.shape.rank == 0:
             base = tf.stack([base, tf.constant(0, tf.int64)])
     return tf.unstack(tf.random.experimental.stateless_split(tf.cast(base, tf.int64), count))
+
+
+def masking_tokenizer(
+        tokenizer_config: configs.TokenizerConfig) -> Tuple[tf_keras.layers.Layer, Dict[str, int]]:
+    """The tokenizer and its special-token ids, checked to hold every id masking needs."""
+    tokenizer = tokenization.build_tokenizer(tokenizer_config)
+    special = tokenization.special_token_ids(tokenizer)
+    for key in ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id"):
+        if key not in special:
+            raise ValueError(f"{tokenizer_config.vocab_file}: vocabulary lacks the token "
+                             f"for {key} ([CLS], [SEP], [PAD], [MASK])")
+    return tokenizer, special

@@ -99,12 +99,7 @@ class ConditionalMLMFeaturizer:
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
                  max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
-        self.tokenizer = tokenization.build_tokenizer(tokenizer_config)
-        self.special = tokenization.special_token_ids(self.tokenizer)
-        for key in ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id"):
-            if key not in self.special:
-                raise ValueError(f"{tokenizer_config.vocab_file}: vocabulary lacks the token "
-                                 f"for {key} ([CLS], [SEP], [PAD], [MASK])")
+        self.tokenizer, self.special = masking.masking_tokenizer(tokenizer_config)
         self.seq_length = seq_length
         self.max_predictions_per_seq = max_predictions_per_seq
         self.mask_ratio = mask_ratio

@@ -7,7 +7,6 @@ embeddings of masked s2; the same encoder must then predict s2's masked tokens.
 
 import tensorflow as tf
 import tf_keras
-from official.nlp.modeling import layers as nlp_layers
 
 from cmlm_tf import configs
 from cmlm_tf.modeling import layers
@@ -92,12 +91,8 @@ class ConditionalMLM(tf_keras.Model):
         self.projection = ConditionalProjection(
             encoder_config.hidden_size, num_projections,
             initializer_range=encoder_config.initializer_range, name="conditional_projection")
-        self.mlm_head = nlp_layers.MaskedLM(
-            embedding_table=self.encoder.bert.get_embedding_table(),
-            activation=layers.get_activation(mlm_activation),
-            initializer=tf_keras.initializers.TruncatedNormal(
-                stddev=encoder_config.initializer_range),
-            output="logits", name="mlm_head")
+        self.mlm_head = layers.tied_masked_lm(self.encoder, mlm_activation,
+                                              encoder_config.initializer_range)
         self.num_projections = num_projections
         self.dense_type_id = dense_type_id
 

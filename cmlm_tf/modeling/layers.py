@@ -83,3 +83,17 @@ class L2Normalize(tf_keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon}
+
+
+def tied_masked_lm(encoder, activation: str, initializer_range: float) -> tf_keras.layers.Layer:
+    """Model Garden's `MaskedLM` head whose output embedding is `encoder`'s word embedding.
+
+    `encoder` is a `SentenceEncoder`; the head returns logits over the vocabulary.
+    """
+    from official.nlp.modeling import layers as nlp_layers
+
+    return nlp_layers.MaskedLM(
+        embedding_table=encoder.bert.get_embedding_table(),
+        activation=get_activation(activation),
+        initializer=tf_keras.initializers.TruncatedNormal(stddev=initializer_range),
+        output="logits", name="mlm_head")

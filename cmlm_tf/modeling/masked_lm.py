@@ -14,7 +14,6 @@ from typing import Dict
 import tensorflow as tf
 import tf_keras
 from absl import logging
-from official.nlp.modeling import layers as nlp_layers
 
 from cmlm_tf import configs
 from cmlm_tf.modeling import layers, sentence_encoder
@@ -36,12 +35,8 @@ class MaskedLMPretrainer(tf_keras.Model):
                  mlm_activation: str = "gelu_exact", **kwargs):
         super().__init__(**kwargs)
         self.encoder = SentenceEncoder(encoder_config).build_variables()
-        self.mlm_head = nlp_layers.MaskedLM(
-            embedding_table=self.encoder.bert.get_embedding_table(),
-            activation=layers.get_activation(mlm_activation),
-            initializer=tf_keras.initializers.TruncatedNormal(
-                stddev=encoder_config.initializer_range),
-            output="logits", name="mlm_head")
+        self.mlm_head = layers.tied_masked_lm(self.encoder, mlm_activation,
+                                              encoder_config.initializer_range)
         self.encoder_config = encoder_config
         self.mlm_activation = mlm_activation
 
