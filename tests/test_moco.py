@@ -327,16 +327,22 @@ def test_driver_trains_and_exports_the_target_side(tmp_path):
     from export import export_tfhub
 
     run_dir = tmp_path / "run"
-    result = _driver(run_dir, 6)
+    # With the NLI multitask on: each step also classifies a batch of NLI pairs.
+    nli_file = tmp_path / "nli.tsv"
+    nli_file.write_text("".join(f"verse {i}\tword {i}\t{i % 3}\n" for i in range(40)),
+                        encoding="utf-8")
+    result = _driver(run_dir, 6, f",task.nli_data.input_path={nli_file},"
+                     "task.nli_data.global_batch_size=8,task.nli_data.seq_length=16")
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("contrastive_loss", "source_to_target_accuracy", "embedding_std",
-                 "queue_fill"):
+                 "queue_fill", "nli_loss", "nli_accuracy"):
         assert name in result.stderr, name
     # The trainer's checkpoint carries the queues (6 steps of 8 keys into 20 slots) and both
     # query encoders at its root, where the exporter looks for them.
     assert _queue_ptr(run_dir) == 6 * 8 % 20
     names = tf.train.load_checkpoint(str(run_dir)).get_variable_to_shape_map()
     assert any(n.startswith("target_encoder/") for n in names)
+    assert any(n.startswith("nli_head/") for n in names)
 
     export_dir = tmp_path / "target"
     assert export_tfhub.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),

@@ -1,6 +1,6 @@
 """A dual encoder: one shared sentence encoder embeds both sides of a translation pair."""
 
-from typing import Dict
+from typing import Dict, Sequence
 
 import tensorflow as tf
 import tf_keras
@@ -11,7 +11,8 @@ from cmlm_tf.modeling.sentence_encoder import SentenceEncoder
 PAIR_KEYS = ("source", "target", "hard_negatives")
 
 
-def encode_pairs(encoder: tf_keras.Model, features: Dict, training=None) -> Dict[str, tf.Tensor]:
+def encode_pairs(encoder: tf_keras.Model, features: Dict, training=None,
+                 keys: Sequence[str] = PAIR_KEYS) -> Dict[str, tf.Tensor]:
     """Embeds `source`, `target` and (if present) `hard_negatives` in one encoder call.
 
     The sides are stacked along the batch axis, so the encoder runs one large batch instead
@@ -21,14 +22,16 @@ def encode_pairs(encoder: tf_keras.Model, features: Dict, training=None) -> Dict
         encoder: a `SentenceEncoder`.
         features: dict with TF Hub input dicts under `source`, `target` and optionally
             `hard_negatives` (int32 [rows, seq_length] each).
+        keys: the feature keys to embed, those present in `features` (NLI pairs pass
+            `("premise", "hypothesis")`); the first must be present.
 
     Returns:
         dict of float [rows, dim] `pooled_output` vectors under the same keys.
     """
-    keys = [k for k in PAIR_KEYS if k in features]
+    keys = [k for k in keys if k in features]
     sizes = [tf.shape(features[k]["input_word_ids"])[0] for k in keys]
     stacked = {name: tf.concat([features[k][name] for k in keys], axis=0)
-               for name in features["source"]}
+               for name in features[keys[0]]}
     pooled = encoder(stacked, training=training)["pooled_output"]
     return dict(zip(keys, tf.split(pooled, tf.stack(sizes), axis=0)))
 

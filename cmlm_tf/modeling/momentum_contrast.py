@@ -16,13 +16,13 @@ by the model, so the trainer's checkpoints carry them and a resumed run keeps it
 `checkpoint_items` hold only the query encoders, which are what is exported.
 """
 
-from typing import Dict
+from typing import Dict, Optional
 
 import tensorflow as tf
 import tf_keras
 
 from cmlm_tf import configs
-from cmlm_tf.modeling import dual_encoder
+from cmlm_tf.modeling import dual_encoder, pair_classifier
 from cmlm_tf.modeling.momentum_queue import MomentumQueue, momentum_update, replicated_state
 from cmlm_tf.modeling.sentence_encoder import SentenceEncoder
 
@@ -65,6 +65,9 @@ class DualMomentumContrast(tf_keras.Model):
         shared_encoder: one query encoder for both sides (default) or one per side.
         mask_duplicates: leave queued keys out of a row's negatives when their pair has the
             row's source or target text (needs `source_id` / `target_id` in the inputs).
+        pair_head: an optional `PairClassifierHead` for the NLI multitask: when the inputs
+            hold `nli` (from `cmlm_tf.data.nli.NLIFeaturizer`), the (source-side) query
+            encoder embeds its premises and hypotheses and the head classifies them.
 
     Call args:
         inputs: dict from `cmlm_tf.data.bitext.BitextFeaturizer`: `source`, `target` (TF Hub
@@ -77,12 +80,14 @@ class DualMomentumContrast(tf_keras.Model):
         `source_to_target_negatives` (float [batch, K], h_x against the target queue), and
         the same two for `target_to_source`; `negative_mask` (bool [batch, K], the queued
         pairs that are negatives of row i, for both directions); `queue_fill` (float scalar,
-        share of filled slots before this step's keys).
+        share of filled slots before this step's keys); with a pair head and `nli` inputs,
+        `nli_logits` (float32 [nli_batch, 3]).
     """
 
     def __init__(self, encoder_config: configs.EncoderConfig, queue_size: int,
                  momentum: float = 0.999, shared_encoder: bool = True,
-                 mask_duplicates: bool = True, **kwargs):
+                 mask_duplicates: bool = True,
+                 pair_head: Optional[tf_keras.layers.Layer] = None, **kwargs):
         super().__init__(**kwargs)
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"momentum must be in [0, 1], got {momentum}")
@@ -98,6 +103,7 @@ class DualMomentumContrast(tf_keras.Model):
         dim = self.encoder.output_dim
         self.source_queue = MomentumQueue(queue_size, dim, name="source_queue")
         self.target_queue = MomentumQueue(queue_size, dim, name="target_queue")
+        self.pair_head = pair_head
         self.reset_key_encoders()
 
     @property
@@ -105,6 +111,8 @@ class DualMomentumContrast(tf_keras.Model):
         items = {"encoder": self.encoder}
         if not self.shared_encoder:
             items["target_encoder"] = self.target_encoder
+        if self.pair_head is not None:
+            items["nli_head"] = self.pair_head
         return items
 
     def encoder_pairs(self):
@@ -167,6 +175,9 @@ class DualMomentumContrast(tf_keras.Model):
             "negative_mask": self._negative_mask(inputs, source_queue, target_queue),
             "queue_fill": source_queue["fill"],
         }
+        if self.pair_head is not None and "nli" in inputs:
+            outputs["nli_logits"] = pair_classifier.classify_pairs(
+                self.encoder, self.pair_head, inputs["nli"], training=training)
         if training:
             # After the scores: this step's keys are negatives from the next step on.
             with tf.control_dependencies([outputs["source_to_target_negatives"],

@@ -3,6 +3,10 @@
 Loss L(x, y) + L(y, x): InfoNCE of each source query against its translation's momentum key
 and the target-side queue, and the reverse (`cmlm_tf.losses.info_nce`). The model, the
 momentum update and the queues are in `cmlm_tf.modeling.momentum_contrast`.
+
+NLI multitask (paper appendix B): with `task.nli_data.input_path` set, every training step
+also classifies a batch of NLI pairs (default 128) with the query encoder and a 2-layer MLP
+head, and the loss is L_moco + α·L_nli with α = `task.nli_weight` (0.1).
 """
 
 import dataclasses
@@ -16,9 +20,11 @@ from official.modeling import hyperparams
 
 from cmlm_tf import configs
 from cmlm_tf.data import bitext
+from cmlm_tf.data import nli as nli_inputs
 from cmlm_tf.losses import info_nce
 from cmlm_tf.modeling import momentum_contrast, sentence_encoder
 from cmlm_tf.tasks import base
+from cmlm_tf.tasks import nli as nli_task
 from cmlm_tf.tasks.bitext import adamw_optimizer
 
 
@@ -52,6 +58,13 @@ class MomentumContrastTaskConfig(configs.SentenceTaskConfig):
         default_factory=lambda: bitext.BitextDataConfig(is_training=True))
     validation_data: bitext.BitextDataConfig = dataclasses.field(
         default_factory=lambda: bitext.BitextDataConfig(is_training=False))
+    # The NLI multitask, on when `nli_data.input_path` is set: L_moco + nli_weight · L_nli.
+    nli_data: nli_inputs.NLIDataConfig = dataclasses.field(
+        default_factory=lambda: nli_inputs.NLIDataConfig(is_training=True,
+                                                        global_batch_size=128))
+    nli_weight: float = 0.1
+    nli_head: nli_task.NLIHeadConfig = dataclasses.field(
+        default_factory=lambda: nli_task.NLIHeadConfig(hidden_sizes=[256]))
 
 
 @exp_factory.register_config_factory("cmlm_tf/moco")
@@ -92,6 +105,9 @@ def validate_moco_config(config: MomentumContrastTaskConfig) -> None:
     if config.train_data.num_hard_negatives:
         raise ValueError("task.train_data.num_hard_negatives must be 0: the queue provides "
                          "the negatives of cmlm_tf/moco")
+    if config.nli_data.input_path and config.nli_weight <= 0:
+        raise ValueError(f"task.nli_weight must be positive when task.nli_data.input_path is "
+                         f"set, got {config.nli_weight}")
 
 
 METRICS = ("contrastive_loss", "source_to_target_accuracy", "target_to_source_accuracy",
@@ -106,10 +122,15 @@ class MomentumContrastTask(base.SentenceTask):
         configs.validate_model_config(self.task_config.model)
         validate_moco_config(self.task_config)
         moco = self.task_config.moco
+        encoder = self.task_config.model.encoder
+        pair_head = None
+        if self.task_config.nli_data.input_path:
+            pair_head = nli_task.build_head(self.task_config.nli_head,
+                                            encoder.initializer_range)
         return momentum_contrast.DualMomentumContrast(
-            self.task_config.model.encoder, queue_size=moco.queue_size,
+            encoder, queue_size=moco.queue_size,
             momentum=moco.momentum, shared_encoder=moco.shared_encoder,
-            mask_duplicates=moco.mask_duplicates)
+            mask_duplicates=moco.mask_duplicates, pair_head=pair_head)
 
     def initialize(self, model: momentum_contrast.DualMomentumContrast):
         """Warm start, then key encoders := query encoders.
@@ -132,8 +153,15 @@ class MomentumContrastTask(base.SentenceTask):
     def build_inputs(self, params: bitext.BitextDataConfig,
                      input_context=None) -> tf.data.Dataset:
         field = "task.train_data" if params.is_training else "task.validation_data"
-        return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
-                                     input_context=input_context, field=field)
+        tokenizer = self.task_config.model.tokenizer
+        pairs = bitext.bitext_dataset(params, tokenizer, input_context=input_context,
+                                      field=field)
+        if not (params.is_training and self.task_config.nli_data.input_path):
+            return pairs
+        examples = nli_inputs.nli_dataset(self.task_config.nli_data, tokenizer,
+                                        input_context=input_context, field="task.nli_data")
+        return tf.data.Dataset.zip((pairs, examples)).map(
+            lambda pair_batch, nli_batch: dict(pair_batch, nli=nli_batch))
 
     def compute_losses(self, inputs, outputs):
         temperature = self.task_config.moco.temperature
@@ -145,10 +173,18 @@ class MomentumContrastTask(base.SentenceTask):
                                           outputs["target_to_source_negatives"], temperature,
                                           mask)
         queries = tf.concat([outputs["source"], outputs["target"]], axis=0)
-        loss = forward["loss"] + backward["loss"]
+        contrastive = forward["loss"] + backward["loss"]
+        losses = {}
+        if "nli_logits" in outputs:
+            losses = nli_task.nli_losses(inputs["nli"]["label"], outputs["nli_logits"])
+            losses["nli_accuracy"] = losses["nli_correct"]
+        loss = contrastive
+        if losses:
+            loss += self.task_config.nli_weight * losses["nli_loss"]
         return {
+            **losses,
             "loss": loss,
-            "contrastive_loss": loss,
+            "contrastive_loss": contrastive,
             "source_to_target_correct": forward["correct"],
             "target_to_source_correct": backward["correct"],
             "positive_cosine": tf.reduce_sum(outputs["source"] * outputs["target"], axis=-1),
@@ -158,7 +194,10 @@ class MomentumContrastTask(base.SentenceTask):
         }
 
     def build_metrics(self, training: Optional[bool] = None):
-        return [tf_keras.metrics.Mean(name=name) for name in METRICS]
+        names = METRICS
+        if training and self.task_config.nli_data.input_path:
+            names += ("nli_loss", "nli_accuracy")
+        return [tf_keras.metrics.Mean(name=name) for name in names]
 
     def update_metrics(self, metrics, inputs, outputs, losses):
         values = dict(losses, source_to_target_accuracy=losses["source_to_target_correct"],

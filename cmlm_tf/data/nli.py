@@ -1,0 +1,289 @@
+"""NLI sentence pairs from TSV files, monolingual or drawn across languages.
+
+Format, UTF-8, one example per line:
+
+    premise<TAB>hypothesis<TAB>label[<TAB>premise_language<TAB>hypothesis_language]
+
+`label` is `entailment`, `neutral` or `contradiction` (any case) or 0 / 1 / 2 in that order
+(MNLI's). The language columns are optional and only carried along. A line is malformed when
+it has fewer than three fields, an empty premise or hypothesis (after trimming ASCII
+whitespace), invalid UTF-8 or an unknown label (MNLI's `-`, a header line): malformed lines
+are counted, the first few logged with file and line, and skipped. A corpus without any valid
+example is an error. `python -m cmlm_tf.convert_nli` writes this format from MNLI / XNLI /
+SNLI files.
+
+**Cross-lingual pairs** (CMLM paper §4.3), `cross_lingual: true`: `input_path` lists two or
+more line-aligned files, one per language, holding the same examples in the same order
+(e.g. MNLI machine-translated into each language). For each example a premise language and a
+different hypothesis language are drawn uniformly, and the premise and the hypothesis are
+taken from those two files. A line must be valid in every file and carry the same label in
+all of them, or it is counted as malformed and skipped; files of different lengths are an
+error.
+"""
+
+import dataclasses
+import os
+from typing import Dict, List, Optional, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from cmlm_tf import configs, tokenization
+from cmlm_tf.data.files import interleave_files, list_files
+
+# XNLI's machine-translated training files spell the third class `contradictory`.
+LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2, "contradictory": 2,
+             "0": 0, "1": 1, "2": 2}
+_ASCII_WHITESPACE = " \t\n\r\f\v"
+
+
+@dataclasses.dataclass
+class NLIDataConfig(configs.TextDataConfig):
+    """NLI input: Model Garden data fields plus cross-lingual drawing.
+
+    `cross_lingual`: `input_path` lists line-aligned per-language files; each example takes
+        its premise and hypothesis from two different ones.
+    `shuffle_buffer_size`: examples shuffled in memory while training.
+    """
+
+    seq_length: int = 128
+    cross_lingual: bool = False
+    shuffle_buffer_size: int = 100000
+
+
+@dataclasses.dataclass
+class NLIStats:
+    files: List[str]
+    records: int = 0
+    examples: int = 0
+    malformed: int = 0
+    labels: List[int] = dataclasses.field(default_factory=lambda: [0, 0, 0])
+    problems: List[str] = dataclasses.field(default_factory=list)
+
+
+def parse_label(value: bytes) -> Optional[int]:
+    """The class id of a label field, or None when it is not a known label."""
+    try:
+        return LABEL_IDS.get(value.decode("utf-8").strip(_ASCII_WHITESPACE).lower())
+    except UnicodeDecodeError:
+        return None
+
+
+def check_line(line: bytes):
+    """(label id, None) for a valid line, else (None, why it is malformed)."""
+    fields = line.rstrip(b"\r\n").split(b"\t")
+    if len(fields) < 3:
+        return None, f"{len(fields)} field(s), expected at least 3"
+    for index, value in enumerate(fields[:2]):
+        if not value.strip(_ASCII_WHITESPACE.encode()):
+            return None, f"field {index + 1} is empty"
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None, f"field {index + 1} is not valid UTF-8"
+    label = parse_label(fields[2])
+    if label is None:
+        return None, f"unknown label {fields[2][:40]!r}"
+    return label, None
+
+
+def _note(stats: NLIStats, path: str, number: int, problem: str, max_examples: int) -> None:
+    stats.malformed += 1
+    if len(stats.problems) < max_examples:
+        stats.problems.append(f"{path} line {number}: {problem}")
+
+
+def _read_lines(path: str, field: str) -> List[bytes]:
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read().splitlines()
+    except (OSError, tf.errors.OpError) as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise OSError(f"{path}: cannot read ({field}): {message}") from None
+
+
+def scan_nli(files: Sequence[str], cross_lingual: bool = False, field: str = "input_path",
+             max_examples: int = 5) -> NLIStats:
+    """Counts valid and malformed examples (and labels), logging the first malformed ones."""
+    stats = NLIStats(files=list(files))
+    if cross_lingual:
+        if len(files) < 2:
+            raise ValueError(f"{field}: cross_lingual needs two or more line-aligned files "
+                             f"(one per language), got {len(files)}")
+        columns = [_read_lines(path, field) for path in files]
+        for path, lines in zip(files[1:], columns[1:]):
+            if len(lines) != len(columns[0]):
+                raise ValueError(f"{path} has {len(lines)} lines but {files[0]} has "
+                                 f"{len(columns[0])}: cross-lingual files must be line-aligned "
+                                 f"({field})")
+        for number, lines in enumerate(zip(*columns), start=1):
+            stats.records += 1
+            checked = [check_line(line) for line in lines]
+            bad = [(path, why) for path, (_, why) in zip(files, checked) if why]
+            if bad:
+                _note(stats, bad[0][0], number, bad[0][1], max_examples)
+            elif len({label for label, _ in checked}) > 1:
+                _note(stats, files[0], number, "the label differs between languages",
+                      max_examples)
+            else:
+                stats.examples += 1
+                stats.labels[checked[0][0]] += 1
+    else:
+        for path in files:
+            for number, line in enumerate(_read_lines(path, field), start=1):
+                stats.records += 1
+                label, why = check_line(line)
+                if why:
+                    _note(stats, path, number, why, max_examples)
+                else:
+                    stats.examples += 1
+                    stats.labels[label] += 1
+    for problem in stats.problems:
+        logging.warning("Skipping malformed NLI example: %s", problem)
+    if stats.malformed > len(stats.problems):
+        logging.warning("... %d malformed NLI lines in all", stats.malformed)
+    if stats.examples == 0:
+        shown = ", ".join(files[:3]) + ("..." if len(files) > 3 else "")
+        raise ValueError(f"{field}: {shown} holds no valid NLI example ({stats.records} "
+                         f"lines, {stats.malformed} malformed)")
+    return stats
+
+
+def _label_table() -> tf.lookup.StaticHashTable:
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(list(LABEL_IDS), list(LABEL_IDS.values()),
+                                            key_dtype=tf.string, value_dtype=tf.int32),
+        default_value=-1)
+
+
+def _parse_line(line: tf.Tensor, labels: tf.lookup.StaticHashTable):
+    """(valid, premise, hypothesis, label, premise_language, hypothesis_language)."""
+    fields = tf.strings.split(tf.strings.regex_replace(line, "\r$", ""), "\t")
+    padded = tf.concat([fields, tf.fill([tf.maximum(5 - tf.size(fields), 0)], "")], 0)
+    texts = padded[:2]
+    label = labels.lookup(tf.strings.lower(tf.strings.strip(padded[2])))
+    valid = tf.reduce_all([
+        tf.size(fields) >= 3,
+        tf.reduce_all(tf.strings.length(tf.strings.strip(texts)) > 0),
+        tf.reduce_all(tf.equal(tokenization.valid_utf8(texts), texts)),
+        label >= 0])
+    return (valid, tf.strings.strip(texts[0]), tf.strings.strip(texts[1]), label,
+            tf.strings.strip(padded[3]), tf.strings.strip(padded[4]))
+
+
+def _language_name(path: str) -> str:
+    """`xnli.train.es.tsv` -> `xnli.train.es`: how a cross-lingual file is reported."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=None,
+             is_training: bool = True, shuffle_buffer_size: int = 100000,
+             seed: Optional[int] = None) -> tf.data.Dataset:
+    """Yields `{"premise", "hypothesis", "premise_language", "hypothesis_language"}` strings
+    and `"label"` (int32) per valid example.
+
+    Training repeats and shuffles; evaluation reads once, in order. In cross-lingual mode the
+    languages are the files' base names and the two sides always come from different files.
+    """
+    labels = _label_table()
+    if not cross_lingual:
+        dataset = interleave_files(
+            files, lambda path: tf.data.TextLineDataset(path).map(
+                lambda line: _parse_line(line, labels)), input_context, is_training, seed)
+        dataset = dataset.filter(lambda valid, *rest: valid)
+        dataset = dataset.map(lambda valid, premise, hypothesis, label, lang_p, lang_h: {
+            "premise": premise, "hypothesis": hypothesis, "label": label,
+            "premise_language": lang_p, "hypothesis_language": lang_h})
+    else:
+        dataset = _aligned_examples(files, labels, is_training, seed)
+        if input_context and input_context.num_input_pipelines > 1:
+            # Line-aligned files cannot be split between input pipelines: shard examples.
+            dataset = dataset.shard(input_context.num_input_pipelines,
+                                    input_context.input_pipeline_id)
+    if is_training and shuffle_buffer_size > 1:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    return dataset
+
+
+def _aligned_examples(files: Sequence[str], labels, is_training: bool,
+                      seed: Optional[int]) -> tf.data.Dataset:
+    count = len(files)
+    names = tf.constant([_language_name(path) for path in files])
+    lines = tf.data.Dataset.zip(tuple(tf.data.TextLineDataset(path) for path in files))
+    if is_training:
+        lines = lines.repeat()
+    # One random draw per example; a new draw every epoch, reproducible with `seed`.
+    draws = tf.data.Dataset.random(seed=seed)
+    dataset = tf.data.Dataset.zip((lines, draws))
+
+    def pick(line_tuple, draw):
+        parsed = [_parse_line(line, labels) for line in line_tuple]
+        valid = tf.stack([p[0] for p in parsed])
+        label = tf.stack([p[3] for p in parsed])
+        ok = tf.logical_and(tf.reduce_all(valid), tf.reduce_all(tf.equal(label, label[0])))
+        draw = tf.abs(draw)
+        premise_index = tf.cast(draw % count, tf.int32)
+        offset = tf.cast((draw // count) % (count - 1), tf.int32) + 1
+        hypothesis_index = (premise_index + offset) % count
+        premises = tf.stack([p[1] for p in parsed])
+        hypotheses = tf.stack([p[2] for p in parsed])
+        return ok, {"premise": premises[premise_index],
+                    "hypothesis": hypotheses[hypothesis_index], "label": label[0],
+                    "premise_language": names[premise_index],
+                    "hypothesis_language": names[hypothesis_index]}
+
+    dataset = dataset.map(pick, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=seed is not None or not is_training)
+    return dataset.filter(lambda ok, example: ok).map(lambda ok, example: example)
+
+
+class NLIFeaturizer:
+    """Tokenises a batch of `read_nli` examples: `premise`, `hypothesis` (TF Hub input
+    dicts, int32 [batch, seq_length]) and `label` (int32 [batch])."""
+
+    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int):
+        self.tokenizer = tokenization.build_tokenizer(tokenizer_config)
+        self.special = tokenization.special_token_ids(self.tokenizer)
+        self.seq_length = seq_length
+
+    def __call__(self, examples: Dict[str, tf.Tensor]) -> Dict:
+        def pack(sentences):
+            return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
+                                                  self.seq_length, pad_to_seq_length=True)
+
+        return {"premise": pack(examples["premise"]),
+                "hypothesis": pack(examples["hypothesis"]),
+                "label": examples["label"]}
+
+
+def nli_files(data_config: NLIDataConfig, field: str) -> NLIStats:
+    """Lists and scans the files of an `NLIDataConfig`; logs a summary."""
+    files = list_files(data_config.input_path, field=f"{field}.input_path")
+    stats = scan_nli(files, data_config.cross_lingual, field=f"{field}.input_path")
+    logging.info("NLI %s: %d files%s, %d examples (entailment %d, neutral %d, contradiction "
+                 "%d), %d malformed lines skipped", field, len(files),
+                 " (cross-lingual)" if data_config.cross_lingual else "", stats.examples,
+                 *stats.labels, stats.malformed)
+    return stats
+
+
+def nli_dataset(data_config: NLIDataConfig, tokenizer_config: configs.TokenizerConfig,
+                input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
+    """The NLI input pipeline: batched, tokenised pairs with static shapes."""
+    stats = nli_files(data_config, field)
+    batch_size = data_config.global_batch_size
+    if batch_size <= 0:
+        raise ValueError(f"{field}.global_batch_size must be positive, got {batch_size}")
+    if input_context:
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    is_training = bool(data_config.is_training)
+    examples = read_nli(stats.files, data_config.cross_lingual, input_context=input_context,
+                        is_training=is_training,
+                        shuffle_buffer_size=data_config.shuffle_buffer_size,
+                        seed=data_config.seed)
+    batches = examples.batch(batch_size,
+                             drop_remainder=data_config.drop_remainder or is_training)
+    batches = batches.map(NLIFeaturizer(tokenizer_config, data_config.seq_length),
+                          num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=data_config.seed is not None or not is_training)
+    return batches.prefetch(tf.data.AUTOTUNE)
