@@ -24,6 +24,7 @@ setup(
         "safetensors",
         "tqdm",
         "pyyaml",
+        "sentencepiece",  # trains BGT's vocabulary; tensorflow-text runs the model
     ],
     extras_require={"test": ["pytest", "ruff"]},
     classifiers=[

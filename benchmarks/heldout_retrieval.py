@@ -1,11 +1,13 @@
 r"""Translation retrieval of exported models on the held-out sets of `bitext_split.py`.
 
     python benchmarks/heldout_retrieval.py --heldout runs/bitext_split/heldout \
-        --model exports/all-MiniLM-L6-v2 --model exports/bitext_minilm [--output report.json]
+        --model exports/all-MiniLM-L6-v2 --model exports/bitext_minilm [--output report.json] \
+        [--hub] [--sets bible_es]
 
 For every `heldout/<name>.en` with its line-aligned `heldout/<name>.<lang>`, prints the top-1
 cosine accuracy in both directions (`cmlm_tf.evaluation.retrieval`, the Tatoeba protocol) for
-each model, and the pair-weighted mean over the sets.
+each model, and the pair-weighted mean over the sets. Models load with `cmlm_tf.load`, or with
+`--hub` as `hub.KerasLayer`s (`preprocessor/` then `encoder/`, its `default` output).
 """
 
 import argparse
@@ -29,20 +31,45 @@ def heldout_sets(folder: str):
     return sets
 
 
+class HubModel:
+    """`encode` through `hub.KerasLayer(preprocessor)` and `hub.KerasLayer(encoder)`."""
+
+    def __init__(self, export_dir: str, batch_size: int = 64):
+        import tensorflow_hub as hub
+        import tensorflow_text  # noqa: F401  (the preprocessor's ops)
+
+        self.preprocessor = hub.KerasLayer(os.path.join(export_dir, "preprocessor"))
+        self.encoder = hub.KerasLayer(os.path.join(export_dir, "encoder"))
+        self.batch_size = batch_size
+
+    def encode(self, texts):
+        import numpy as np
+        import tensorflow as tf
+
+        vectors = [self.encoder(self.preprocessor(tf.constant(texts[i:i + self.batch_size])))
+                   ["default"].numpy() for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(vectors, axis=0)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heldout", required=True)
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--output")
+    parser.add_argument("--hub", action="store_true",
+                        help="load preprocessor/ and encoder/ with hub.KerasLayer")
+    parser.add_argument("--sets", help="comma-separated set names (default: all)")
     args = parser.parse_args(argv)
 
     import cmlm_tf
     from cmlm_tf.evaluation import readers, retrieval
 
     sets = heldout_sets(args.heldout)
+    if args.sets:
+        sets = [s for s in sets if s[0] in args.sets.split(",")]
     report = {}
     for model_dir in args.model:
-        model = cmlm_tf.load(model_dir)
+        model = HubModel(model_dir) if args.hub else cmlm_tf.load(model_dir)
         rows, total = {}, 0
         sums = {"src2tgt_accuracy": 0.0, "tgt2src_accuracy": 0.0}
         for name, english_path, other_path in sets:

@@ -1,3 +1,3 @@
 """Importing this module registers every cmlm_tf experiment with Model Garden's factory."""
 
-from cmlm_tf.tasks import bitext, cmlm, cmlm_bitext, mlm_tlm, moco, nli  # noqa: F401
+from cmlm_tf.tasks import bgt, bitext, cmlm, cmlm_bitext, mlm_tlm, moco, nli  # noqa: F401

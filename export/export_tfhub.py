@@ -33,6 +33,19 @@ PREPROCESSOR_OPS = ["CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
                     "WordpieceTokenizeWithOffsets", "TFText>RoundRobinTrim"]
 SERVING_OPS = ["CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
                "WordpieceTokenizeWithOffsets"]
+SENTENCEPIECE_PREPROCESSOR_OPS = ["CaseFoldUTF8", "SentencepieceOp",
+                                  "SentencepieceTokenizeOp", "TFText>RoundRobinTrim"]
+SENTENCEPIECE_SERVING_OPS = ["CaseFoldUTF8", "SentencepieceOp", "SentencepieceTokenizeOp"]
+# A training run that learned its SentencePiece model at start-up keeps it here.
+SP_MODEL_FILE = "sp.model"
+
+
+def custom_ops(tokenizer_type: str) -> dict:
+    """The TF-Text ops each exported SavedModel needs, for a tokenizer type."""
+    if tokenizer_type == "sentencepiece":
+        return {"preprocessor": SENTENCEPIECE_PREPROCESSOR_OPS, "encoder": [],
+                "serving": SENTENCEPIECE_SERVING_OPS}
+    return {"preprocessor": PREPROCESSOR_OPS, "encoder": [], "serving": SERVING_OPS}
 
 
 @dataclasses.dataclass
@@ -101,6 +114,10 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
         seq_length = train_data.get("seq_length") or DEFAULT_SEQ_LENGTH
         description = {"kind": "training_run", "model_dir": os.path.abspath(model_dir),
                        "checkpoint": os.path.abspath(prefix)}
+        run_sp_model = os.path.join(model_dir, SP_MODEL_FILE)
+        if (model.tokenizer.type == "sentencepiece" and os.path.exists(run_sp_model)
+                and not os.path.exists(model.tokenizer.sp_model_file)):
+            model.tokenizer.sp_model_file = run_sp_model  # the run directory was moved
     elif os.path.exists(warm_start):
         params = _read_yaml(warm_start)
         model = _model_config_from(params, warm_start)
@@ -190,8 +207,10 @@ def _model_card(meta: dict) -> str:
         origin = f"Hugging Face BERT weights from `{src['hf_dir']}` (converted)"
     else:
         origin = f"checkpoint `{src.get('checkpoint', '')}`"
-    casing = "uncased (lower-cased, accents stripped)" if meta["tokenizer"]["lower_case"] \
-        else "cased"
+    lower_cased = "lower-cased" if meta["tokenizer"]["type"] == "sentencepiece" \
+        else "lower-cased, accents stripped"
+    casing = f"uncased ({lower_cased})" if meta["tokenizer"]["lower_case"] else "cased"
+    ops = meta["custom_ops"]
     return f"""# Sentence encoder exported by cmlm_tf
 
 - Source: {origin}
@@ -213,12 +232,12 @@ truncated
 | folder | what | custom ops |
 | --- | --- | --- |
 | `preprocessor/` | TF Hub text preprocessor: strings -> `input_word_ids`, `input_mask`, \
-`input_type_ids`; `.tokenize`, `.bert_pack_inputs` | TF-Text: {", ".join(PREPROCESSOR_OPS)} |
+`input_type_ids`; `.tokenize`, `.bert_pack_inputs` | TF-Text: {", ".join(ops["preprocessor"])} |
 | `encoder/` | TF Hub text encoder: dict -> `pooled_output`, `default`, `sequence_output`, \
 `encoder_outputs` | none |
 | `serving/1/` | TF Serving: `serving_default` (`sentences` -> `embeddings`), \
 `from_token_ids` (`input_word_ids`, `input_mask`, `input_type_ids` -> `embeddings`) | \
-TF-Text: {", ".join(SERVING_OPS)} |
+TF-Text: {", ".join(ops["serving"])} |
 
 ## Load it
 
@@ -284,10 +303,13 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             raise ValueError(
                 f"--seq_length {seq_length} must be in 3..{model.encoder.max_position_embeddings}"
                 " (task.model.encoder.max_position_embeddings)")
-        tokenization.build_tokenizer(model.tokenizer)  # fails early on a bad vocab path
-        # The vocabulary is read from a neutral copy so no local path leaks into the models.
-        model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
-            model.tokenizer.vocab_file, os.path.join(work, "assets"))
+        tokenizer = tokenization.build_tokenizer(model.tokenizer)  # fails early on a bad path
+        vocab_size = tokenization.special_token_ids(tokenizer)["vocab_size"]
+        if model.tokenizer.type == "wordpiece":
+            # The vocabulary is read from a neutral copy so no local path leaks into the
+            # models (a SentencePiece layer holds its model proto, not a path).
+            model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
+                model.tokenizer.vocab_file, os.path.join(work, "assets"))
 
         encoder = sentence_encoder.build_sentence_encoder(model.encoder)
         sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)
@@ -302,8 +324,6 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         tf.saved_model.save(module, os.path.join(staging, "serving", "1"),
                             signatures=signatures)
 
-        with open(model.tokenizer.vocab_file, encoding="utf-8") as f:
-            vocab_size = sum(1 for _ in f)
         meta = {
             "format_version": inference.FORMAT_VERSION,
             "dim": encoder.output_dim,
@@ -318,8 +338,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
                                                "outputs": ["embeddings"]},
                            "from_token_ids": {"inputs": list(sentence_encoder.INPUT_KEYS),
                                               "outputs": ["embeddings"]}},
-            "custom_ops": {"preprocessor": PREPROCESSOR_OPS, "encoder": [],
-                           "serving": SERVING_OPS},
+            "custom_ops": custom_ops(model.tokenizer.type),
             "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"),
         }

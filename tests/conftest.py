@@ -72,6 +72,49 @@ def tiny_run_dir(tmp_path_factory, tiny_vocab):
     return run_dir
 
 
+def write_bundled_pairs(path: pathlib.Path, count: int) -> pathlib.Path:
+    """The first `count` pairs of the bundled English-Spanish sample, as a TSV file."""
+    corpus = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "bible_en_es.tsv"
+    lines = corpus.read_text(encoding="utf-8").splitlines()[:count]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_sp_model(tmp_path_factory):
+    """A joint SentencePiece model of at most 200 pieces trained on 300 bundled pairs."""
+    from cmlm_tf import tokenization
+
+    folder = tmp_path_factory.mktemp("sp")
+    pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
+    sentences = (side for line in pairs.read_text(encoding="utf-8").splitlines()
+                 for side in line.split("\t"))
+    tokenization.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
+    return folder / "sp.model"
+
+
+@pytest.fixture(scope="session")
+def tiny_sp_run_dir(tmp_path_factory, tiny_sp_model):
+    """Like `tiny_run_dir`, with a SentencePiece tokenizer."""
+    import tensorflow as tf
+    import yaml
+
+    from cmlm_tf import configs, tokenization
+    from cmlm_tf.modeling import sentence_encoder
+
+    run_dir = tmp_path_factory.mktemp("tiny_sp_run")
+    tokenizer = configs.TokenizerConfig(type="sentencepiece", sp_model_file=str(tiny_sp_model))
+    special = tokenization.special_token_ids(tokenization.build_tokenizer(tokenizer))
+    params = configs.SentenceExperimentConfig()
+    params.task.model.encoder = tiny_encoder_config(special["vocab_size"])
+    params.task.model.tokenizer = tokenizer
+    params.task.train_data.seq_length = 16
+    (run_dir / "params.yaml").write_text(yaml.safe_dump(params.as_dict()), encoding="utf-8")
+    encoder = sentence_encoder.build_sentence_encoder(params.task.model.encoder)
+    tf.train.Checkpoint(encoder=encoder).save(str(run_dir / "ckpt"))
+    return run_dir
+
+
 TINY_EXPORT_SEQ_LENGTH = 12
 
 
@@ -83,6 +126,18 @@ def tiny_export(tmp_path_factory, tiny_run_dir):
     export_dir = tmp_path_factory.mktemp("exports") / "tiny"
     rc = export_tfhub.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
                             "--seq_length", str(TINY_EXPORT_SEQ_LENGTH)])
+    assert rc == 0
+    return export_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_sp_export(tmp_path_factory, tiny_sp_run_dir):
+    """The SentencePiece tiny run exported like `tiny_export`."""
+    from export import export_tfhub
+
+    export_dir = tmp_path_factory.mktemp("exports") / "tiny_sp"
+    rc = export_tfhub.main(["--model_dir", str(tiny_sp_run_dir), "--export_dir",
+                            str(export_dir), "--seq_length", str(TINY_EXPORT_SEQ_LENGTH)])
     assert rc == 0
     return export_dir
 

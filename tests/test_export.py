@@ -23,22 +23,30 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
                           text=True, env=env, timeout=300)
 
 
-def test_layout_and_metadata(tiny_export):
+@pytest.fixture(params=["wordpiece", "sentencepiece"])
+def any_export(request):
+    """The contract tests run on a WordPiece and on a SentencePiece export."""
+    return request.getfixturevalue(
+        {"wordpiece": "tiny_export", "sentencepiece": "tiny_sp_export"}[request.param])
+
+
+def test_layout_and_metadata(any_export):
     for sub in ("preprocessor", "encoder", "serving/1"):
-        assert (tiny_export / sub / "saved_model.pb").exists(), sub
-    meta = json.loads((tiny_export / "cmlm_tf_export.json").read_text())
+        assert (any_export / sub / "saved_model.pb").exists(), sub
+    meta = json.loads((any_export / "cmlm_tf_export.json").read_text())
     assert meta["seq_length"] == TINY_EXPORT_SEQ_LENGTH
     assert meta["dim"] == 32
-    card = (tiny_export / "README.md").read_text()
+    card = (any_export / "README.md").read_text()
     for needle in ("hub.KerasLayer", "tf.saved_model.load", "tensorflow/serving", "mean",
                    str(TINY_EXPORT_SEQ_LENGTH)):
         assert needle in card
-    assert not list(tiny_export.parent.glob("tiny.tmp-*")), "staging folder left behind"
+    assert not list(any_export.parent.glob(any_export.name + ".tmp-*")), \
+        "staging folder left behind"
 
 
-def test_hub_keras_layer_round_trip_and_gradients(tiny_export):
-    preprocessor = hub.KerasLayer(str(tiny_export / "preprocessor"))
-    encoder = hub.KerasLayer(str(tiny_export / "encoder"), trainable=True)
+def test_hub_keras_layer_round_trip_and_gradients(any_export):
+    preprocessor = hub.KerasLayer(str(any_export / "preprocessor"))
+    encoder = hub.KerasLayer(str(any_export / "encoder"), trainable=True)
     text = tf_keras.layers.Input(shape=(), dtype=tf.string)
     outputs = encoder(preprocessor(text))
     model = tf_keras.Model(text, outputs["default"])
@@ -68,9 +76,9 @@ def test_hub_keras_layer_round_trip_and_gradients(tiny_export):
     assert len(reached) == len(by_name)
 
 
-def test_training_flag_controls_dropout(tiny_export):
-    preprocessor = hub.KerasLayer(str(tiny_export / "preprocessor"))
-    encoder = hub.KerasLayer(str(tiny_export / "encoder"), trainable=True)
+def test_training_flag_controls_dropout(any_export):
+    preprocessor = hub.KerasLayer(str(any_export / "preprocessor"))
+    encoder = hub.KerasLayer(str(any_export / "encoder"), trainable=True)
     inputs = preprocessor(tf.constant(SENTENCES))
     eval_a = encoder(inputs, training=False)["pooled_output"].numpy()
     eval_b = encoder(inputs, training=False)["pooled_output"].numpy()
@@ -79,14 +87,21 @@ def test_training_flag_controls_dropout(tiny_export):
     assert np.abs(train - eval_a).max() > 1e-3
 
 
-def test_preprocessor_contract_and_seq_length_override(tiny_export):
-    preprocessor = tf.saved_model.load(str(tiny_export / "preprocessor"))
+def test_preprocessor_contract_and_seq_length_override(any_export):
+    preprocessor = tf.saved_model.load(str(any_export / "preprocessor"))
     special = preprocessor.tokenize.get_special_tokens_dict()
     special = {k: int(v) for k, v in special.items()}
     assert special["start_of_sequence_id"] == 2 and special["end_of_segment_id"] == 3
     assert special["padding_id"] == 0 and special["mask_id"] == 4
     tokens = preprocessor.tokenize(tf.constant(["hello world", "the dog"]))
-    assert isinstance(tokens, tf.RaggedTensor) and tokens.ragged_rank == 2
+    meta = json.loads((any_export / "cmlm_tf_export.json").read_text())
+    # WordPiece: [batch, (words), (pieces)]; SentencePiece: [batch, (pieces)].
+    ragged_rank = {"wordpiece": 2, "sentencepiece": 1}[meta["tokenizer"]["type"]]
+    assert isinstance(tokens, tf.RaggedTensor) and tokens.ragged_rank == ragged_rank
+    assert special["vocab_size"] == meta["vocab_size"]
+    # Lower-casing happens inside the preprocessor.
+    upper = preprocessor.tokenize(tf.constant(["HELLO World", "The DOG"]))
+    assert upper.to_list() == tokens.to_list()
     # The export-time --seq_length (12, not the run's 16) survived save/load.
     packed = preprocessor(tf.constant(["hello world"]))
     assert packed["input_word_ids"].shape == (1, TINY_EXPORT_SEQ_LENGTH)
@@ -97,45 +112,46 @@ def test_preprocessor_contract_and_seq_length_override(tiny_export):
     assert pair["input_type_ids"][0].numpy().max() == 1
 
 
-def test_serving_signatures_agree(tiny_export):
-    serving = tf.saved_model.load(str(tiny_export / "serving" / "1"))
+def test_serving_signatures_agree(any_export):
+    serving = tf.saved_model.load(str(any_export / "serving" / "1"))
     assert set(serving.signatures) == {"serving_default", "from_token_ids"}
     default = serving.signatures["serving_default"]
     assert list(default.structured_outputs) == ["embeddings"]
     from_sentences = default(sentences=tf.constant(SENTENCES))["embeddings"].numpy()
-    preprocessor = tf.saved_model.load(str(tiny_export / "preprocessor"))
+    preprocessor = tf.saved_model.load(str(any_export / "preprocessor"))
     ids = preprocessor(tf.constant(SENTENCES))
     from_ids = serving.signatures["from_token_ids"](**ids)["embeddings"].numpy()
     np.testing.assert_allclose(from_sentences, from_ids, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(from_sentences, axis=1), 1.0, rtol=1e-5)
 
 
-def test_serving_truncates_to_exported_seq_length(tiny_export):
-    serving = tf.saved_model.load(str(tiny_export / "serving" / "1"))
+def test_serving_truncates_to_exported_seq_length(any_export):
+    serving = tf.saved_model.load(str(any_export / "serving" / "1"))
     packed = serving.tokenize(tf.constant(["the man " * 50, "a"]))
     assert packed["input_word_ids"].shape == (2, TINY_EXPORT_SEQ_LENGTH)
     assert packed["input_mask"].numpy().sum(axis=1).tolist() == [TINY_EXPORT_SEQ_LENGTH, 3]
 
 
-def test_serving_accepts_invalid_utf8(tiny_export):
-    serving = tf.saved_model.load(str(tiny_export / "serving" / "1"))
+def test_serving_accepts_invalid_utf8(any_export):
+    serving = tf.saved_model.load(str(any_export / "serving" / "1"))
     bad = tf.constant([b"hello \xff\xfe world", b"\xc3", b"ok"])
     out = serving.signatures["serving_default"](sentences=bad)["embeddings"].numpy()
     assert np.isfinite(out).all()
 
 
-def test_encoder_has_no_tf_text_ops(tiny_export):
+def test_encoder_has_no_tf_text_ops(any_export):
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((tiny_export / "encoder" / "saved_model.pb").read_bytes())
+    proto.ParseFromString((any_export / "encoder" / "saved_model.pb").read_bytes())
     ops = set()
     for meta_graph in proto.meta_graphs:
         ops.update(node.op for node in meta_graph.graph_def.node)
         for function in meta_graph.graph_def.library.function:
             ops.update(node.op for node in function.node_def)
     text_ops = {"CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
-                "WordpieceTokenizeWithOffsets", "TFText>RoundRobinTrim"}
+                "WordpieceTokenizeWithOffsets", "TFText>RoundRobinTrim", "SentencepieceOp",
+                "SentencepieceTokenizeOp"}
     assert not ops & text_ops
     assert not [op for op in ops if op.startswith("TFText")]
     assert "MatMul" in ops or "BatchMatMulV2" in ops or "Einsum" in ops

@@ -1,0 +1,232 @@
+"""The Bilingual Generative Transformer objective and the `cmlm_tf/bgt` experiment.
+
+Loss per batch (each term a per-pair sum over tokens or latent dimensions, averaged over
+the batch, the scale of the ELBO):
+
+    loss = reconstruction NLL of both sentences + beta * KL of every used latent
+           + label-smoothed (0.1) translation NLL (BILINGUALTRANS),
+
+with beta rising linearly from 0 to 1 over `task.bgt.kl_anneal_steps` training steps
+(`cmlm_tf.modeling.bgt` has the model and the equations). Evaluation reports the full ELBO
+terms with beta = 1.
+
+Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, a
+joint SentencePiece model of at most `task.sp_vocab_size` pieces is trained on both sides
+of `task.train_data` at start-up, written to `MODEL_DIR/sp.model` (reused when the run
+resumes) and recorded, with `task.model.encoder.vocab_size`, in `MODEL_DIR/params.yaml`;
+export then finds it there.
+"""
+
+import dataclasses
+import os
+from typing import Optional
+
+import tensorflow as tf
+import tf_keras
+import yaml
+from absl import logging
+from official.core import config_definitions as cfg
+from official.core import exp_factory, task_factory
+from official.modeling import hyperparams, optimization
+
+from cmlm_tf import configs, tokenization
+from cmlm_tf.data import bitext
+from cmlm_tf.modeling import bgt
+from cmlm_tf.tasks import base
+
+SP_MODEL_FILE = "sp.model"
+BGT_METRICS = ("reconstruction_loss", "kl", "kl_weight", "translation_loss",
+               "active_units", "elbo_loss")
+
+
+@dataclasses.dataclass
+class BgtConfig(hyperparams.Config):
+    """What the objective includes (the ablations switch these off).
+
+    `language_variables`: z_src and z_tgt; without, reconstructions come from z_sem alone.
+    `prior`: the KL terms and reparameterised sampling; without, latents are posterior means.
+    `reconstruction`: decode each sentence from its latents; off for BILINGUALTRANS alone.
+    `translation`: the BILINGUALTRANS decoders, label smoothing `label_smoothing`.
+    `kl_anneal_steps`: steps over which beta rises linearly from 0 to 1 (paper: 2^16).
+    `active_unit_threshold`: a semantic latent dimension is active when the variance of its
+        posterior mean over the batch is at least this.
+    """
+
+    language_variables: bool = True
+    prior: bool = True
+    reconstruction: bool = True
+    translation: bool = True
+    kl_anneal_steps: int = 65536
+    label_smoothing: float = 0.1
+    active_unit_threshold: float = 0.01
+
+
+@dataclasses.dataclass
+class BgtTaskConfig(configs.SentenceTaskConfig):
+    """`sp_vocab_size`: the size of a SentencePiece model trained at start-up; a corpus too
+    small for it yields fewer pieces."""
+
+    bgt: BgtConfig = dataclasses.field(default_factory=BgtConfig)
+    sp_vocab_size: int = 20000
+    train_data: bitext.BitextDataConfig = dataclasses.field(
+        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
+    validation_data: bitext.BitextDataConfig = dataclasses.field(
+        default_factory=lambda: bitext.BitextDataConfig(is_training=False))
+
+
+def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.OptimizationConfig:
+    """Adam (beta 0.9/0.98, epsilon 1e-8), linear warm-up to `learning_rate`, then
+    learning_rate * sqrt(warmup_steps / step) (the Transformer's inverse square root)."""
+    return optimization.OptimizationConfig({
+        "optimizer": {"type": "adam", "adam": {
+            "beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-8}},
+        "learning_rate": {"type": "power", "power": {
+            "initial_learning_rate": learning_rate * warmup_steps ** 0.5, "power": -0.5}},
+        "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
+    })
+
+
+@exp_factory.register_config_factory("cmlm_tf/bgt")
+def bgt_experiment() -> cfg.ExperimentConfig:
+    """A small BGT trained from scratch; paper-size settings are in `configs/bgt.yaml`."""
+    task = BgtTaskConfig()
+    task.model.encoder.override({
+        "vocab_size": 8000, "hidden_size": 256, "num_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 1024, "max_position_embeddings": 128, "dropout_rate": 0.1,
+        "attention_dropout_rate": 0.1, "pooling": "mean", "projection_size": 256,
+        "normalize": True})
+    task.model.tokenizer.override({"type": "sentencepiece", "lower_case": True})
+    task.sp_vocab_size = 8000
+    task.train_data.override({"global_batch_size": 64, "seq_length": 64})
+    task.validation_data.override({"global_batch_size": 64, "seq_length": 64})
+    return cfg.ExperimentConfig(
+        task=task,
+        trainer=cfg.TrainerConfig(
+            train_steps=20000, optimizer_config=adam_inverse_sqrt(5e-4, 4000),
+            checkpoint_interval=1000, max_to_keep=3, summary_interval=100,
+            steps_per_loop=100, validation_steps=20, validation_interval=1000),
+        restrictions=["task.train_data.is_training != None"])
+
+
+def training_sentences(data_config: bitext.BitextDataConfig, field: str = "task.train_data"):
+    """Yields both sentences of every valid pair of `data_config`'s files, once."""
+    stats = bitext.bitext_files(data_config, field)
+    pairs = bitext.read_bitext(stats.files, stats.file_type, is_training=False)
+    for pair in pairs.batch(1024).as_numpy_iterator():
+        for side in ("source", "target"):
+            for sentence in pair[side]:
+                yield sentence.decode("utf-8")
+
+
+def prepare_vocabulary(task_config: BgtTaskConfig,
+                       model_dir: Optional[str]) -> BgtTaskConfig:
+    """Returns the task config with its SentencePiece model and vocabulary size filled in.
+
+    Trains `model_dir/sp.model` when `task.model.tokenizer.sp_model_file` is empty (reusing
+    one a previous start of the run wrote), sets `task.model.encoder.vocab_size` to the
+    model's piece count, and records both in `model_dir/params.yaml`.
+    """
+    tokenizer = task_config.model.tokenizer
+    if tokenizer.type != "sentencepiece":
+        return task_config
+    sp_model_file = tokenizer.sp_model_file
+    if not sp_model_file:
+        if not model_dir:
+            raise ValueError("task.model.tokenizer.sp_model_file is empty and there is no "
+                             "model_dir to train a SentencePiece model into")
+        sp_model_file = os.path.join(os.path.abspath(model_dir), SP_MODEL_FILE)
+        if not tf.io.gfile.exists(sp_model_file):
+            if task_config.sp_vocab_size < 8:
+                raise ValueError(
+                    f"task.sp_vocab_size must be at least 8, got {task_config.sp_vocab_size}")
+            pieces = tokenization.train_sentencepiece(
+                training_sentences(task_config.train_data), sp_model_file,
+                task_config.sp_vocab_size, lower_case=tokenizer.lower_case)
+            logging.info("Trained a SentencePiece model of %d pieces (asked for at most %d) "
+                         "on task.train_data: %s", pieces, task_config.sp_vocab_size,
+                         sp_model_file)
+    vocab_size = tokenization.special_token_ids(tokenization.build_tokenizer(
+        tokenizer.replace(sp_model_file=sp_model_file)))["vocab_size"]
+    if vocab_size != task_config.model.encoder.vocab_size:
+        logging.info("task.model.encoder.vocab_size: %d -> %d (the SentencePiece model's)",
+                     task_config.model.encoder.vocab_size, vocab_size)
+    task_config = task_config.replace(model={"tokenizer": {"sp_model_file": sp_model_file},
+                                             "encoder": {"vocab_size": vocab_size}})
+    task_config.lock()
+    params_file = os.path.join(model_dir or "", "params.yaml")
+    if model_dir and tf.io.gfile.exists(params_file):
+        with tf.io.gfile.GFile(params_file) as f:
+            params = yaml.safe_load(f)
+        model = params["task"]["model"]
+        model["tokenizer"]["sp_model_file"] = sp_model_file
+        model["encoder"]["vocab_size"] = vocab_size
+        with tf.io.gfile.GFile(params_file, "w") as f:
+            yaml.safe_dump(params, f, default_flow_style=False)
+    return task_config
+
+
+@task_factory.register_task_cls(BgtTaskConfig)
+class BgtTask(base.SentenceTask):
+    """Trains BGT on translation pairs; the exported encoder is the semantic encoder."""
+
+    def __init__(self, params: BgtTaskConfig, logging_dir: Optional[str] = None,
+                 name: Optional[str] = None):
+        super().__init__(prepare_vocabulary(params, logging_dir), logging_dir=logging_dir,
+                         name=name)
+        self._train_step_counter = None
+
+    def build_model(self) -> bgt.BilingualGenerativeTransformer:
+        configs.validate_model_config(self.task_config.model)
+        options = self.task_config.bgt
+        return bgt.build_bgt(
+            self.task_config.model.encoder, language_variables=options.language_variables,
+            reconstruction=options.reconstruction, translation=options.translation,
+            stochastic=options.prior)
+
+    def build_inputs(self, params: bitext.BitextDataConfig,
+                     input_context=None) -> tf.data.Dataset:
+        field = "task.train_data" if params.is_training else "task.validation_data"
+        return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
+                                     input_context=input_context, field=field)
+
+    def kl_weight(self) -> tf.Tensor:
+        """beta at this training step; 1 outside training (evaluation reports the ELBO)."""
+        if self._train_step_counter is None or not self.task_config.bgt.prior:
+            return tf.constant(float(self.task_config.bgt.prior))
+        return bgt.kl_weight(self._train_step_counter, self.task_config.bgt.kl_anneal_steps)
+
+    def compute_losses(self, inputs, outputs):
+        options = self.task_config.bgt
+        decoders = outputs["decoders"]
+        zero = tf.zeros_like(outputs["semantic_from_source"], tf.float32)
+
+        def summed_nll(names, label_smoothing):
+            terms = [bgt.sequence_nll(decoders[n]["logits"], decoders[n]["targets"],
+                                      decoders[n]["weights"], label_smoothing)
+                     for n in names if n in decoders]
+            return tf.reduce_mean(tf.add_n(terms) if terms else zero)
+
+        reconstruction = summed_nll(bgt.RECONSTRUCTION_DECODERS, 0.0)
+        translation = summed_nll(bgt.TRANSLATION_DECODERS, options.label_smoothing)
+        kl = tf.reduce_mean(tf.add_n(list(outputs["kl"].values())))
+        beta = self.kl_weight()
+        means = tf.concat([outputs["semantic"][side]["mean"] for side in bgt.SIDES], axis=0)
+        return {
+            "loss": reconstruction + beta * kl + translation,
+            "reconstruction_loss": reconstruction,
+            "kl": kl,
+            "kl_weight": beta,
+            "translation_loss": translation,
+            "elbo_loss": reconstruction + kl,
+            "active_units": bgt.active_units(means, options.active_unit_threshold),
+        }
+
+    def train_step(self, inputs, model: tf_keras.Model, optimizer, metrics=None):
+        self._train_step_counter = optimizer.iterations
+        try:
+            return super().train_step(inputs, model, optimizer, metrics=metrics)
+        finally:
+            self._train_step_counter = None
+
+    def build_metrics(self, training: Optional[bool] = None):
+        return [tf_keras.metrics.Mean(name=name) for name in BGT_METRICS]
