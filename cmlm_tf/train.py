@@ -64,8 +64,10 @@ def _trainer_class():
 def run(params, model_dir: str, mode: str = "train", strategy=None):
     """Trains and/or evaluates; returns (model, eval logs)."""
     import tensorflow as tf
+    import tf_keras
     from official.common import distribute_utils
     from official.core import task_factory, train_lib, train_utils
+    from official.modeling import performance
 
     if "train" in mode:
         train_utils.serialize_config(params, model_dir)
@@ -75,15 +77,24 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             distribution_strategy=runtime.distribution_strategy,
             all_reduce_alg=runtime.all_reduce_alg, num_gpus=runtime.num_gpus,
             tpu_address=runtime.tpu)
-    with strategy.scope():
-        task = task_factory.get_task(params.task, logging_dir=model_dir)
-        trainer = train_utils.create_trainer(
-            params, task, train="train" in mode, evaluate="eval" in mode,
-            checkpoint_exporter=None, trainer_cls=_trainer_class())
-    tf.io.gfile.makedirs(model_dir)
-    return train_lib.run_experiment(
-        distribution_strategy=strategy, task=task, mode=mode, params=params,
-        model_dir=model_dir, trainer=trainer)
+    # `runtime.mixed_precision_dtype: bfloat16` (CPU with AMX, TPU, GPU) or `float16` (GPU;
+    # create_trainer then wraps the optimizer in loss scaling). The tasks cast logits and
+    # losses to float32. The Keras policy is process-global: restored when training ends.
+    previous_policy = tf_keras.mixed_precision.global_policy()
+    if runtime.mixed_precision_dtype:
+        performance.set_mixed_precision_policy(runtime.mixed_precision_dtype)
+    try:
+        with strategy.scope():
+            task = task_factory.get_task(params.task, logging_dir=model_dir)
+            trainer = train_utils.create_trainer(
+                params, task, train="train" in mode, evaluate="eval" in mode,
+                checkpoint_exporter=None, trainer_cls=_trainer_class())
+        tf.io.gfile.makedirs(model_dir)
+        return train_lib.run_experiment(
+            distribution_strategy=strategy, task=task, mode=mode, params=params,
+            model_dir=model_dir, trainer=trainer)
+    finally:
+        tf_keras.mixed_precision.set_global_policy(previous_policy)
 
 
 def _one_line(error: Exception) -> str:
