@@ -185,3 +185,32 @@ def test_tiny_labse_script_runs_three_stages_and_exports(tmp_path):
     model = cmlm_tf.load(os.fspath(work / "export"))
     vectors = model.encode(["In the beginning was the Word.", "En el principio era el Verbo."])
     assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
+
+
+def test_frequency_baseline_counts_masked_labels_per_stream(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "mlm_frequency_baseline", REPO_DIR / "benchmarks/mlm_frequency_baseline.py")
+    baseline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baseline)
+    recipe = [str(REPO_DIR / "configs/mlm_tlm_tiny.yaml")]
+    overrides = "task.train_data.global_batch_size=8,task.train_data.tlm_fraction={}"
+    assert baseline.main(["--config_file", *recipe, "--batches", "2",
+                          "--params_override", overrides.format(0.0)]) == 0
+    out = capsys.readouterr().out
+    assert "tlm: no masked tokens" in out
+    mlm_line = next(line for line in out.splitlines() if line.startswith("mlm:"))
+    share = float(mlm_line.rsplit("share ", 1)[1])
+    assert 0.0 < share < 0.5
+    # Counts are taken over masked positions with weight 1 only, split by stream.
+    from official.core import exp_factory
+
+    params = configs.load_experiment_config(recipe, overrides.format(1.0),
+                                        base=exp_factory.get_exp_config("cmlm_tf/mlm_tlm"))
+    counts = baseline.frequency_baseline(params, 2)
+    assert not counts["mlm"]
+    dataset = mlm_tlm.mlm_tlm_dataset(params.task.train_data, params.task.bitext_data,
+                                      params.task.model.tokenizer)
+    weights = sum(float(b["masked_lm_weights"].numpy().sum()) for b in dataset.take(2))
+    assert sum(counts["tlm"].values()) == weights > 0
