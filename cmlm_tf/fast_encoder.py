@@ -7,8 +7,9 @@ arithmetic from the exported variables as a handful of plain TF ops, which XLA f
 - query, key and value kernels are concatenated into one [width, 3 * width] matmul;
 - LayerNorm, GELU, bias and residual additions are elementwise work that XLA fuses into the
   matmul epilogues and prologues;
-- with `precision="bfloat16"` the matmul inputs (weights and activations) are bfloat16, while
-  the residual stream, LayerNorm statistics, softmax and pooling stay float32.
+- with `precision="bfloat16"` the matmul inputs (weights and activations) and the
+  feed-forward bias + GELU are bfloat16, while the residual stream, LayerNorm statistics,
+  softmax and pooling stay float32.
 
 Only the encoder layout written by `export.export_tfhub` (`BertEncoderV2` + pooling +
 optional projection) is supported; `LeanEncoder.from_module` returns None for anything else
@@ -46,7 +47,7 @@ class LeanEncoder:
             `transformer/layer_0/self_attention/query/kernel`, ..., `projection/kernel`).
         encoder_config: the export metadata's `encoder` dict (`num_layers`,
             `num_attention_heads`, `hidden_activation`, `pooling`, `projection_size`).
-        precision: `float32` or `bfloat16` (matmul inputs only).
+        precision: `float32` or `bfloat16` (matmul inputs and the feed-forward activation).
         layer_norm_epsilon: BERT's 1e-12.
 
     Call args:
@@ -105,7 +106,7 @@ class LeanEncoder:
                 "attention_norm": (const(prefix + "self_attention_layer_norm/gamma"),
                                    const(prefix + "self_attention_layer_norm/beta")),
                 "inner_kernel": const(prefix + "intermediate/kernel", compute),
-                "inner_bias": const(prefix + "intermediate/bias"),
+                "inner_bias": const(prefix + "intermediate/bias", compute),
                 "output_kernel": const(prefix + "output/kernel", compute),
                 "output_bias": const(prefix + "output/bias"),
                 "output_norm": (const(prefix + "output_layer_norm/gamma"),
@@ -176,8 +177,10 @@ class LeanEncoder:
             attended = tf.cast(tf.matmul(context, layer["attention_kernel"]), tf.float32)
             x, x_compute = self._layer_norm(attended + layer["attention_bias"] + x,
                                             layer["attention_norm"])
-            inner = tf.cast(tf.matmul(x_compute, layer["inner_kernel"]), tf.float32)
-            inner = tf.cast(self._activation(inner + layer["inner_bias"]), compute)
+            # The feed-forward bias and activation run in the compute dtype: in bfloat16 this
+            # saves two casts of the widest activation per layer.
+            inner = self._activation(
+                tf.nn.bias_add(tf.matmul(x_compute, layer["inner_kernel"]), layer["inner_bias"]))
             output = tf.cast(tf.matmul(inner, layer["output_kernel"]), tf.float32)
             x, x_compute = self._layer_norm(output + layer["output_bias"] + x,
                                             layer["output_norm"])
