@@ -15,6 +15,8 @@ import argparse
 import os
 import sys
 
+from bitext_split import bible_pairs
+
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "cmlm_tf", "data", "corpus", "bible_en_es.tsv")
 
@@ -23,16 +25,13 @@ def heldout_pairs(bible_dir: str, start_line: int, count: int, bundled: str = BU
     with open(bundled, encoding="utf-8") as f:
         seen = {line.split("\t", 1)[0].strip() for line in f}
     pairs = []
-    with open(os.path.join(bible_dir, "eng_kjv.txt"), encoding="utf-8") as en, \
-            open(os.path.join(bible_dir, "spa_rv1909.txt"), encoding="utf-8") as es:
-        for number, (english, spanish) in enumerate(zip(en, es), start=1):
-            english, spanish = english.strip(), spanish.strip()
-            if number < start_line or not english or not spanish or english in seen:
-                continue
-            seen.add(english)
-            pairs.append((english, spanish))
-            if len(pairs) == count:
-                break
+    for number, (english, spanish) in enumerate(bible_pairs(bible_dir), start=1):
+        if number < start_line or not english or not spanish or english in seen:
+            continue
+        seen.add(english)
+        pairs.append((english, spanish))
+        if len(pairs) == count:
+            break
     return pairs
 
 

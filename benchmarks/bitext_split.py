@@ -32,8 +32,9 @@ def _is_heldout(english: str, share: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2 ** 64 < share
 
 
-def _bible(shared: str):
-    folder = os.path.join(shared, "bible")
+def bible_pairs(folder: str):
+    """(English, Spanish) per line of the verse-aligned `folder`/eng_kjv.txt and spa_rv1909.txt,
+    stripped (empty where a side has no verse)."""
     with open(os.path.join(folder, "eng_kjv.txt"), encoding="utf-8") as en, \
             open(os.path.join(folder, "spa_rv1909.txt"), encoding="utf-8") as es:
         for english, spanish in zip(en, es):
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     if not os.path.isdir(os.path.join(args.shared_data, "bible")):
         print(f"error: {args.shared_data}/bible: not found (--shared_data)", file=sys.stderr)
         return 2
-    sources = {"bible_es": ("es", _bible(args.shared_data))}
+    sources = {"bible_es": ("es", bible_pairs(os.path.join(args.shared_data, "bible")))}
     for lang in [x for x in args.langs.split(",") if x]:
         path = os.path.join(args.shared_data, "install_guide", f"{lang}.tsv")
         if not os.path.exists(path):

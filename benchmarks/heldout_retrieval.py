@@ -66,7 +66,13 @@ def main(argv=None) -> int:
 
     sets = heldout_sets(args.heldout)
     if args.sets:
-        sets = [s for s in sets if s[0] in args.sets.split(",")]
+        wanted = args.sets.split(",")
+        unknown = sorted(set(wanted) - {s[0] for s in sets})
+        if unknown:
+            print(f"error: --sets {','.join(unknown)}: no such set in {args.heldout} "
+                  f"(have {', '.join(s[0] for s in sets)})", file=sys.stderr)
+            return 2
+        sets = [s for s in sets if s[0] in wanted]
     report = {}
     for model_dir in args.model:
         model = HubModel(model_dir) if args.hub else cmlm_tf.load(model_dir)

@@ -22,7 +22,7 @@ from typing import Dict, Optional
 import numpy as np
 import tensorflow as tf
 
-PRECISIONS = ("float32", "bfloat16")
+from cmlm_tf.inference import PRECISIONS
 
 _PREFIX = re.compile(r"^(?:.*/)?bert/")
 _ACTIVATIONS = ("gelu_exact", "gelu", "gelu_approx", "relu")

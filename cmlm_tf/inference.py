@@ -104,8 +104,8 @@ class SentenceEncoderModel:
         dim: embedding size.
         seq_length: texts are truncated to this many tokens, `[CLS]` and `[SEP]` included.
         metadata: the export's `cmlm_tf_export.json`.
-        precision: `float32` or `bfloat16` (matmuls in bfloat16; LayerNorm, softmax,
-            residual additions and pooling in float32).
+        precision: `float32` or `bfloat16` (matmuls and the feed-forward activation in
+            bfloat16; LayerNorm, softmax, residual additions and pooling in float32).
         jit_compile: whether the per-bucket graphs are XLA-compiled.
         fast_path: False when the export's encoder layout is not one `LeanEncoder` knows;
             `encode` then calls the exported `encode` function batch by batch.
@@ -292,9 +292,10 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
 
     Args:
         export_dir: the export folder.
-        precision: `float32` (default) or `bfloat16`: matmuls in bfloat16 (fast on CPUs with
-            AMX / AVX512-BF16, GPUs and TPUs), LayerNorm, softmax and pooling in float32.
-            all-MiniLM-L6-v2's STS-B dev Spearman moved by +0.0001 (docs/results.md).
+        precision: `float32` (default) or `bfloat16`: matmuls and the feed-forward
+            activation in bfloat16 (fast on CPUs with AMX / AVX512-BF16, GPUs and TPUs),
+            LayerNorm, softmax and pooling in float32. all-MiniLM-L6-v2's STS-B dev Spearman
+            stays within 0.0001 of float32 (docs/results.md).
         intra_op_threads, inter_op_threads: TensorFlow thread pools (None: leave as is).
             Applied only if TensorFlow has not run anything yet in this process; otherwise
             a warning is logged and `model.threads["applied"]` is False.

@@ -23,24 +23,23 @@ def _text_layers():
     return text_layers
 
 
+def _existing_file(tokenizer: configs.TokenizerConfig, field: str, what: str) -> str:
+    path = getattr(tokenizer, field)
+    if not path:
+        raise ValueError(f"task.model.tokenizer.{field} is empty")
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{path}: {what} not found (task.model.tokenizer.{field})")
+    return path
+
+
 def build_tokenizer(tokenizer: configs.TokenizerConfig) -> tf_keras.layers.Layer:
     """Returns a Model Garden tokenizer layer: strings [batch] -> int32 ragged ids."""
     if tokenizer.type == "wordpiece":
-        if not tokenizer.vocab_file:
-            raise ValueError("task.model.tokenizer.vocab_file is empty")
-        if not tf.io.gfile.exists(tokenizer.vocab_file):
-            raise FileNotFoundError(
-                f"{tokenizer.vocab_file}: vocabulary file not found "
-                "(task.model.tokenizer.vocab_file)")
         return _text_layers().BertTokenizer(
-            vocab_file=tokenizer.vocab_file, lower_case=tokenizer.lower_case)
+            vocab_file=_existing_file(tokenizer, "vocab_file", "vocabulary file"),
+            lower_case=tokenizer.lower_case)
     if tokenizer.type == "sentencepiece":
-        if not tokenizer.sp_model_file:
-            raise ValueError("task.model.tokenizer.sp_model_file is empty")
-        if not tf.io.gfile.exists(tokenizer.sp_model_file):
-            raise FileNotFoundError(
-                f"{tokenizer.sp_model_file}: SentencePiece model not found "
-                "(task.model.tokenizer.sp_model_file)")
+        _existing_file(tokenizer, "sp_model_file", "SentencePiece model")
         # The layer keeps the serialized proto, so no path ends up in a SavedModel; it
         # case-folds (`tensorflow_text.case_fold_utf8`) before the SentencePiece op.
         layer = _text_layers().SentencepieceTokenizer(
@@ -54,6 +53,9 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig) -> tf_keras.layers.Layer
         return layer
     raise ValueError(f"task.model.tokenizer.type: unknown tokenizer {tokenizer.type!r}")
 
+
+# Where a training run that learned its SentencePiece model at start-up keeps it.
+SP_MODEL_FILE = "sp.model"
 
 # Special pieces a SentencePiece model needs for the TF Hub contract, by their standard names;
 # `train_sentencepiece` gives them the ids the bundled WordPiece vocabulary uses.

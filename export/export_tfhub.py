@@ -36,8 +36,6 @@ SERVING_OPS = ["CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
 SENTENCEPIECE_PREPROCESSOR_OPS = ["CaseFoldUTF8", "SentencepieceOp",
                                   "SentencepieceTokenizeOp", "TFText>RoundRobinTrim"]
 SENTENCEPIECE_SERVING_OPS = ["CaseFoldUTF8", "SentencepieceOp", "SentencepieceTokenizeOp"]
-# A training run that learned its SentencePiece model at start-up keeps it here.
-SP_MODEL_FILE = "sp.model"
 
 
 def custom_ops(tokenizer_type: str) -> dict:
@@ -91,7 +89,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                    hf_dir: Optional[str] = None, work_dir: Optional[str] = None
                    ) -> ExportSource:
     """Finds the config, checkpoint and default seq_length of what is to be exported."""
-    from cmlm_tf import convert_hf_bert
+    from cmlm_tf import convert_hf_bert, tokenization
     from cmlm_tf.modeling import sentence_encoder
 
     if bool(model_dir) == bool(hf_dir):
@@ -114,7 +112,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
         seq_length = train_data.get("seq_length") or DEFAULT_SEQ_LENGTH
         description = {"kind": "training_run", "model_dir": os.path.abspath(model_dir),
                        "checkpoint": os.path.abspath(prefix)}
-        run_sp_model = os.path.join(model_dir, SP_MODEL_FILE)
+        run_sp_model = os.path.join(model_dir, tokenization.SP_MODEL_FILE)
         if (model.tokenizer.type == "sentencepiece" and os.path.exists(run_sp_model)
                 and not os.path.exists(model.tokenizer.sp_model_file)):
             model.tokenizer.sp_model_file = run_sp_model  # the run directory was moved

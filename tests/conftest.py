@@ -49,9 +49,9 @@ def tiny_vocab(tmp_path_factory):
     return write_tiny_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt")
 
 
-@pytest.fixture(scope="session")
-def tiny_run_dir(tmp_path_factory, tiny_vocab):
-    """A folder shaped like a training run: params.yaml and a checkpoint with `encoder`."""
+def write_tiny_run(run_dir: pathlib.Path, tokenizer, vocab_size: int) -> pathlib.Path:
+    """Writes a folder shaped like a training run: params.yaml and a checkpoint with
+    `encoder` (the tiny encoder, seeded)."""
     import tensorflow as tf
     import tf_keras
     import yaml
@@ -59,17 +59,25 @@ def tiny_run_dir(tmp_path_factory, tiny_vocab):
     from cmlm_tf import configs
     from cmlm_tf.modeling import sentence_encoder
 
-    run_dir = tmp_path_factory.mktemp("tiny_run")
-    vocab_size = len(tiny_vocab.read_text(encoding="utf-8").splitlines())
     params = configs.SentenceExperimentConfig()
     params.task.model.encoder = tiny_encoder_config(vocab_size)
-    params.task.model.tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    params.task.model.tokenizer = tokenizer
     params.task.train_data.seq_length = 16
     (run_dir / "params.yaml").write_text(yaml.safe_dump(params.as_dict()), encoding="utf-8")
     tf_keras.utils.set_random_seed(1)
     encoder = sentence_encoder.build_sentence_encoder(params.task.model.encoder)
     tf.train.Checkpoint(encoder=encoder).save(str(run_dir / "ckpt"))
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tmp_path_factory, tiny_vocab):
+    """A tiny WordPiece run folder (`write_tiny_run`)."""
+    from cmlm_tf import configs
+
+    vocab_size = len(tiny_vocab.read_text(encoding="utf-8").splitlines())
+    return write_tiny_run(tmp_path_factory.mktemp("tiny_run"),
+                          configs.TokenizerConfig(vocab_file=str(tiny_vocab)), vocab_size)
 
 
 def write_bundled_pairs(path: pathlib.Path, count: int) -> pathlib.Path:
@@ -96,50 +104,36 @@ def tiny_sp_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_sp_run_dir(tmp_path_factory, tiny_sp_model):
     """Like `tiny_run_dir`, with a SentencePiece tokenizer."""
-    import tensorflow as tf
-    import yaml
-
     from cmlm_tf import configs, tokenization
-    from cmlm_tf.modeling import sentence_encoder
 
-    run_dir = tmp_path_factory.mktemp("tiny_sp_run")
     tokenizer = configs.TokenizerConfig(type="sentencepiece", sp_model_file=str(tiny_sp_model))
     special = tokenization.special_token_ids(tokenization.build_tokenizer(tokenizer))
-    params = configs.SentenceExperimentConfig()
-    params.task.model.encoder = tiny_encoder_config(special["vocab_size"])
-    params.task.model.tokenizer = tokenizer
-    params.task.train_data.seq_length = 16
-    (run_dir / "params.yaml").write_text(yaml.safe_dump(params.as_dict()), encoding="utf-8")
-    encoder = sentence_encoder.build_sentence_encoder(params.task.model.encoder)
-    tf.train.Checkpoint(encoder=encoder).save(str(run_dir / "ckpt"))
-    return run_dir
+    return write_tiny_run(tmp_path_factory.mktemp("tiny_sp_run"), tokenizer,
+                          special["vocab_size"])
 
 
 TINY_EXPORT_SEQ_LENGTH = 12
 
 
-@pytest.fixture(scope="session")
-def tiny_export(tmp_path_factory, tiny_run_dir):
-    """The tiny run exported through the command line, with a seq_length override."""
+def export_tiny_run(tmp_path_factory, run_dir, name: str) -> pathlib.Path:
+    """Exports a tiny run through the command line, with a seq_length override."""
     from export import export_tfhub
 
-    export_dir = tmp_path_factory.mktemp("exports") / "tiny"
-    rc = export_tfhub.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
+    export_dir = tmp_path_factory.mktemp("exports") / name
+    rc = export_tfhub.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),
                             "--seq_length", str(TINY_EXPORT_SEQ_LENGTH)])
     assert rc == 0
     return export_dir
 
 
 @pytest.fixture(scope="session")
-def tiny_sp_export(tmp_path_factory, tiny_sp_run_dir):
-    """The SentencePiece tiny run exported like `tiny_export`."""
-    from export import export_tfhub
+def tiny_export(tmp_path_factory, tiny_run_dir):
+    return export_tiny_run(tmp_path_factory, tiny_run_dir, "tiny")
 
-    export_dir = tmp_path_factory.mktemp("exports") / "tiny_sp"
-    rc = export_tfhub.main(["--model_dir", str(tiny_sp_run_dir), "--export_dir",
-                            str(export_dir), "--seq_length", str(TINY_EXPORT_SEQ_LENGTH)])
-    assert rc == 0
-    return export_dir
+
+@pytest.fixture(scope="session")
+def tiny_sp_export(tmp_path_factory, tiny_sp_run_dir):
+    return export_tiny_run(tmp_path_factory, tiny_sp_run_dir, "tiny_sp")
 
 
 @pytest.fixture(scope="session")

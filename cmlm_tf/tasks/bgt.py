@@ -34,7 +34,6 @@ from cmlm_tf.data import bitext
 from cmlm_tf.modeling import bgt
 from cmlm_tf.tasks import base
 
-SP_MODEL_FILE = "sp.model"
 BGT_METRICS = ("reconstruction_loss", "kl", "kl_weight", "translation_loss",
                "active_units", "elbo_loss")
 
@@ -134,7 +133,7 @@ def prepare_vocabulary(task_config: BgtTaskConfig,
         if not model_dir:
             raise ValueError("task.model.tokenizer.sp_model_file is empty and there is no "
                              "model_dir to train a SentencePiece model into")
-        sp_model_file = os.path.join(os.path.abspath(model_dir), SP_MODEL_FILE)
+        sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
         if not tf.io.gfile.exists(sp_model_file):
             if task_config.sp_vocab_size < 8:
                 raise ValueError(
