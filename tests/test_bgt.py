@@ -53,16 +53,16 @@ def test_kl_weight_rises_linearly_then_stays_at_one():
 
 
 def test_gaussian_kl_equals_closed_form():
-    # N((1, 0), diag(1, 4)) against N(0, I): 1/2 * 1 + 1/2 * (4 - 1 - log 4).
-    mean = tf.constant([[1.0, 0.0], [0.0, 0.0]])
+    # N((2, 0), diag(1, 4)) against N(0, I): 1/2 * 2^2 + 1/2 * (4 - 1 - log 4).
+    mean = tf.constant([[2.0, 0.0], [0.0, 0.0]])
     log_variance = tf.constant([[0.0, math.log(4.0)], [0.0, 0.0]])
     kl = bgt.gaussian_kl(mean, log_variance).numpy()
-    np.testing.assert_allclose(kl, [0.5 + 0.5 * (3.0 - math.log(4.0)), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(kl, [2.0 + 0.5 * (3.0 - math.log(4.0)), 0.0], rtol=1e-6)
     # And a Monte-Carlo estimate of E_q[log q - log p] agrees.
     rng = np.random.default_rng(0)
     std = np.array([1.0, 2.0])
-    z = np.array([1.0, 0.0]) + std * rng.standard_normal((200_000, 2))
-    log_q = -0.5 * (((z - [1.0, 0.0]) / std) ** 2) - np.log(std)
+    z = np.array([2.0, 0.0]) + std * rng.standard_normal((200_000, 2))
+    log_q = -0.5 * (((z - [2.0, 0.0]) / std) ** 2) - np.log(std)
     log_p = -0.5 * z ** 2
     assert abs((log_q - log_p).sum(axis=1).mean() - kl[0]) < 0.02
 
@@ -131,6 +131,10 @@ def test_encoding_is_deterministic_at_inference_and_sampled_in_training():
     np.testing.assert_array_equal(first, second)
     eval_outputs = model(pair, training=False)
     np.testing.assert_allclose(eval_outputs["semantic"]["source"]["mean"], first, atol=1e-6)
+    # Outside training the decoders read the posterior means: two passes agree exactly.
+    for name, decoder in eval_outputs["decoders"].items():
+        np.testing.assert_array_equal(
+            decoder["logits"], model(pair, training=False)["decoders"][name]["logits"])
     # The exported item is the semantic encoder with its mean head.
     exported = model.checkpoint_items["encoder"](pair["source"], training=False)
     np.testing.assert_allclose(exported["pooled_output"], first, atol=1e-6)

@@ -51,6 +51,9 @@ def test_input_order_is_preserved(fp32_model):
     vectors = fp32_model.encode(TEXTS, batch_size=2)
     shuffled = fp32_model.encode([TEXTS[i] for i in permutation], batch_size=2)
     np.testing.assert_allclose(shuffled, vectors[permutation], atol=2e-5)
+    # Each row is its own text's vector, as one unbucketed call of the signature gives it.
+    np.testing.assert_allclose(vectors, reference_vectors(fp32_model, TEXTS, "embeddings"),
+                               atol=2e-5)
     # Distinct texts get distinct vectors, so a reordering could not go unnoticed.
     assert np.abs(vectors[0] - vectors[1]).max() > 1e-3
 
