@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def load(export_dir: str, **kwargs):
-    """Loads an export of `python -m export.export_tfhub`; see `cmlm_tf.inference.load`
+    """Loads an export of `python -m cmlm_tf.export`; see `cmlm_tf.inference.load`
     for the keyword arguments (`precision`, `intra_op_threads`, `inter_op_threads`,
     `jit_compile`)."""
     from cmlm_tf.inference import load as _load

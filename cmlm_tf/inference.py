@@ -1,29 +1,31 @@
 """`cmlm_tf.load(export_dir).encode(texts)`: fast batched sentence embeddings in Python.
 
-The fast path: texts are tokenised with the export's own tokenizer, sorted by token count,
-batched, and each batch is padded only to its length bucket (`bucket_length`), not to
-`seq_length`. Each (rows, bucket) shape runs one traced graph, built once and reused across
-calls, of `cmlm_tf.fast_encoder.LeanEncoder`: the exported encoder's arithmetic rebuilt from
-its variables, XLA-compiled in float32 and with bfloat16 matmuls in `precision="bfloat16"`.
+`load` opens the export's `serving/1` model and calls the functions the exporter saved in it
+(`cmlm_tf.export.serving.ServingModule`): `tokenize`, and the inference forward
+`pooled_float32` / `pooled_bfloat16` that `serving_default` also runs. What stays in Python
+is the batching: texts are tokenised, sorted by token count, batched, and each batch is
+padded only to its length bucket (`bucket_length`), not to `seq_length`. Each (rows, bucket)
+shape runs one graph, built once and reused, XLA-compiled with `jit_compile`.
 """
 
 import json
 import logging
+import numbers
 import os
 import sys
 import warnings
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
-
-METADATA_FILE = "cmlm_tf_export.json"
-FORMAT_VERSION = 1
 
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
 
 PRECISIONS = ("float32", "bfloat16")
 # Texts are tokenised this many batches at a time, then sorted by token count.
 _TOKENIZE_BATCHES = 16
+# CPU flags (Linux /proc/cpuinfo) of native bfloat16 arithmetic.
+_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+_warned = set()
 
 
 def bucket_length(num_tokens: int, seq_length: int) -> int:
@@ -43,6 +45,41 @@ def bucket_rows(num_rows: int, batch_size: int) -> int:
     while rows < num_rows:
         rows *= 2
     return min(rows, batch_size)
+
+
+def cpu_flags() -> Optional[set]:
+    """The CPU feature flags from /proc/cpuinfo, or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
+
+
+def warn_if_bfloat16_is_emulated() -> bool:
+    """Warns (once per process) when bfloat16 would run emulated, and slower than float32.
+
+    That is a CPU whose flags show neither AVX512_BF16 nor AMX, with no GPU. Returns whether
+    it warned. Machines whose flags cannot be read are not warned about.
+    """
+    flags = cpu_flags()
+    if flags is None or flags & set(_NATIVE_BF16_FLAGS):
+        return False
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return False
+    if "bfloat16" not in _warned:
+        _warned.add("bfloat16")
+        message = ("precision='bfloat16': this CPU has neither AVX512_BF16 nor AMX, so "
+                   "TensorFlow emulates bfloat16 and it runs slower than float32 here; use "
+                   "precision='float32'")
+        logging.getLogger(__name__).warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return True
 
 
 def apply_thread_settings(intra_op_threads: Optional[int],
@@ -87,59 +124,95 @@ def apply_thread_settings(intra_op_threads: Optional[int],
     return settings
 
 
-def _as_text(item, index: int) -> str:
-    if isinstance(item, str):
-        return item
-    if isinstance(item, (bytes, bytearray)):
-        return bytes(item).decode("utf-8", errors="replace")
-    if isinstance(item, np.str_):
-        return str(item)
-    raise TypeError(f"texts[{index}] is {type(item).__name__}, expected str or bytes")
+def as_texts(texts) -> List[bytes]:
+    """`encode`'s input as UTF-8 byte strings, checked.
+
+    `str` items are encoded with lone surrogates kept as (invalid) bytes, which tokenisation
+    replaces with U+FFFD like any other invalid UTF-8; `bytes` pass as they are. A mapping or
+    a set (no order) and any other item type raise TypeError naming the problem.
+    """
+    if texts is None:
+        raise TypeError("texts is None, expected str, bytes or a list of them")
+    if isinstance(texts, (dict, set, frozenset)) or hasattr(texts, "keys"):
+        raise TypeError(f"texts is a {type(texts).__name__}, which has no order of rows: "
+                        "pass a list of str")
+    if isinstance(texts, np.ndarray) and texts.ndim != 1:
+        raise TypeError(f"texts is an array of shape {texts.shape}, expected one dimension")
+    try:
+        items = list(texts)
+    except TypeError:
+        raise TypeError(f"texts is {type(texts).__name__}, expected str, bytes or a list "
+                        "of them") from None
+    strings = []
+    for index, item in enumerate(items):
+        if isinstance(item, str):  # np.str_ too
+            strings.append(item.encode("utf-8", errors="surrogatepass"))
+        elif isinstance(item, (bytes, bytearray)):
+            strings.append(bytes(item))
+        else:
+            raise TypeError(f"texts[{index}] is {type(item).__name__}, expected str or bytes")
+    return strings
+
+
+def _check_batch_size(batch_size) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__} "
+                        f"{batch_size!r}")
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    return int(batch_size)
 
 
 class SentenceEncoderModel:
     """An exported cmlm_tf encoder, ready to embed text.
 
+    The names sentence-transformers users know work too: `encode(...,
+    normalize_embeddings=, show_progress_bar=, convert_to_numpy=, convert_to_tensor=)`,
+    `similarity(a, b)`, `get_sentence_embedding_dimension()` and `max_seq_length`.
+
     Attributes:
-        dim: embedding size.
+        dim: embedding size (read from the SavedModel).
         seq_length: texts are truncated to this many tokens, `[CLS]` and `[SEP]` included.
         metadata: the export's `cmlm_tf_export.json`.
         precision: `float32` or `bfloat16` (matmuls and the feed-forward activation in
             bfloat16; LayerNorm, softmax, residual additions and pooling in float32).
         jit_compile: whether the per-bucket graphs are XLA-compiled.
-        fast_path: False when the export's encoder layout is not one `LeanEncoder` knows;
-            `encode` then calls the exported `encode` function batch by batch.
         threads: the thread settings asked of `load` and whether they took effect.
     """
 
     def __init__(self, export_dir: str, metadata: dict, serving, precision: str = "float32",
                  jit_compile: Optional[bool] = None,
                  threads: Optional[Dict[str, object]] = None):
-        from cmlm_tf.fast_encoder import LeanEncoder
-
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.export_dir = export_dir
         self.metadata = metadata
-        self.dim = int(metadata["dim"])
-        self.seq_length = int(metadata["seq_length"])
         self.precision = precision
         self.threads = threads or {"intra_op_threads": None, "inter_op_threads": None,
                                    "applied": True}
         self._serving = serving
-        self._encode_fn = serving.encode
-        self._lean = LeanEncoder.from_module(serving.encoder, metadata.get("encoder", {}),
-                                             precision)
-        self.fast_path = self._lean is not None
-        if not self.fast_path and precision != "float32":
-            raise ValueError(f"{export_dir}: precision={precision!r} needs the BertEncoderV2 "
-                             "layout that export.export_tfhub writes; this export's encoder "
-                             "is different, load it with precision='float32'")
+        self._pooled = getattr(serving, f"pooled_{precision}", None)
+        if self._pooled is None:
+            raise ValueError(f"{export_dir}: the export has no {precision} forward "
+                             f"(it has {metadata.get('precisions')})")
+        described = {key: value.numpy() for key, value in serving.describe().items()}
+        self.dim = int(described["dim"])
+        self.seq_length = int(described["seq_length"])
+        _check_metadata(export_dir, metadata, described)
         # XLA fuses the float32 elementwise work; for bfloat16 matmuls TensorFlow's own
-        # oneDNN kernels (AMX) beat XLA's CPU backend (docs/results.md, "Performance").
+        # oneDNN kernels beat XLA's CPU backend (docs/results.md, "Performance").
         self.jit_compile = (precision == "float32") if jit_compile is None else jit_compile
         self._graphs = {}
         self.pcr = None
+
+    @property
+    def max_seq_length(self) -> int:
+        """Texts are truncated to this many tokens (sentence-transformers' name)."""
+        return self.seq_length
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """The embedding size (sentence-transformers' name)."""
+        return self.dim
 
     def set_pcr(self, components) -> None:
         """Attaches principal-component-removal components for `encode(..., language=...)`.
@@ -174,84 +247,87 @@ class SentenceEncoderModel:
         components.component(language)
         return components
 
-    def encode(self, texts: TextInput, batch_size: int = 64, normalize: bool = True,
+    def encode(self, texts: TextInput, batch_size: int = 64, normalize: Optional[bool] = None,
                show_progress: Optional[bool] = None, language: Optional[str] = None,
-               pcr=None) -> np.ndarray:
+               pcr=None, *, normalize_embeddings: Optional[bool] = None,
+               show_progress_bar: Optional[bool] = None, convert_to_numpy: bool = True,
+               convert_to_tensor: bool = False):
         """Embeds `texts`; returns float32 [n, dim] in input order (one string: [dim]).
 
         Texts are sorted by token count before batching and each batch is padded to its
-        length bucket, so batches pad little and reuse one traced graph per bucket. Texts
-        longer than `seq_length` tokens are truncated. `bytes` are decoded as UTF-8 with
-        replacement; any other item type raises TypeError naming its index.
-        `show_progress=None` shows a progress bar when stderr is a terminal and the input
-        spans many batches.
+        length bucket, so batches pad little and reuse one graph per bucket. Texts longer
+        than `seq_length` tokens are truncated. `bytes` are decoded as UTF-8 with
+        replacement (invalid bytes and lone surrogates become U+FFFD); another item type, a
+        dict or a set raises TypeError. `show_progress=None` shows a progress bar when
+        stderr is a terminal and the input spans many batches.
 
-        With `language`, the texts are taken to be in that language and its principal
-        component is removed (CMLM paper §5): from the attached components (`set_pcr`) or
-        from `pcr` (a `PCRComponents`). The vectors are L2-normalised again when `normalize`;
-        without `normalize`, the component is removed from the raw pooled vectors.
+        Args:
+            texts: a str or bytes, or a sequence of them.
+            batch_size: texts per forward call.
+            normalize: L2-normalise the vectors (default True); `normalize_embeddings` is
+                the same switch under sentence-transformers' name.
+            show_progress: progress bar on or off (`show_progress_bar`, the same).
+            language: the texts' language, to remove its principal component (CMLM paper
+                §5) with the attached components (`set_pcr`) or `pcr`; the vectors are
+                L2-normalised again when `normalize`.
+            pcr: a `PCRComponents` for this call.
+            convert_to_numpy: return a NumPy array (the default); False gives a list of
+                [dim] arrays, as sentence-transformers does.
+            convert_to_tensor: return a `tf.Tensor` instead.
         """
-        import tensorflow as tf
-
+        normalize = _either("normalize", normalize, "normalize_embeddings",
+                            normalize_embeddings, default=True)
+        show_progress = _either("show_progress", show_progress, "show_progress_bar",
+                                show_progress_bar, default=None)
+        batch_size = _check_batch_size(batch_size)
         components = self._pcr_for(language, pcr)
-
         single = isinstance(texts, (str, bytes, bytearray))
-        items: Iterable = [texts] if single else texts
-        if items is None:
-            raise TypeError("texts is None, expected str, bytes or a list of them")
-        try:
-            strings: List[str] = [_as_text(item, i) for i, item in enumerate(items)]
-        except TypeError as e:
-            if "texts[" in str(e):
-                raise
-            raise TypeError(f"texts is {type(texts).__name__}, expected str, bytes or a list "
-                            "of them") from None
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        strings = as_texts([texts] if single else texts)
         output = np.zeros([len(strings), self.dim], np.float32)
-        if not strings:
-            return output
-        order = np.argsort([-len(s) for s in strings], kind="stable")
-        starts = range(0, len(strings), batch_size)
-        if show_progress is None:
-            show_progress = sys.stderr.isatty() and len(starts) >= 8
-        progress = None
-        if show_progress:
-            from tqdm.auto import tqdm
+        if strings:
+            if show_progress is None:
+                show_progress = sys.stderr.isatty() and len(strings) >= 8 * batch_size
+            progress = None
+            if show_progress:
+                from tqdm.auto import tqdm
 
-            progress = tqdm(total=len(strings), desc="encode", unit="sentence")
-        if self.fast_path:
-            for index, pooled in self._fast_batches(strings, order, batch_size):
+                progress = tqdm(total=len(strings), desc="encode", unit="sentence")
+            for index, pooled in self._batches(strings, batch_size):
                 output[index] = pooled
                 if progress is not None:
                     progress.update(len(index))
+            if progress is not None:
+                progress.close()
             if normalize:
-                # As tf.math.l2_normalize(epsilon=1e-12) in the exported signatures.
-                squares = np.maximum((output * output).sum(axis=1, keepdims=True), 1e-12)
-                output /= np.sqrt(squares)
-        else:
-            key = "embeddings" if normalize else "pooled_output"
-            for start in starts:
-                index = order[start:start + batch_size]
-                batch = tf.constant([strings[i].encode("utf-8") for i in index], tf.string)
-                output[index] = self._encode_fn(batch)[key].numpy()
-                if progress is not None:
-                    progress.update(len(index))
-        if progress is not None:
-            progress.close()
-        if components is not None:
-            output = components.apply(output, language, renormalize=normalize)
-        return output[0] if single else output
+                output = l2_normalize_rows(output)
+            if components is not None:
+                output = components.apply(output, language, renormalize=normalize)
+        result = output[0] if single else output
+        if convert_to_tensor:
+            import tensorflow as tf
 
-    def _fast_batches(self, strings: List[str], order: np.ndarray, batch_size: int):
+            return tf.constant(result)
+        if not convert_to_numpy:
+            return list(result) if not single else result
+        return result
+
+    def similarity(self, a, b) -> np.ndarray:
+        """Cosine similarities [len(a), len(b)] of two sets of vectors (or of texts,
+        encoded first). A single vector or text counts as one row."""
+        a, b = (self.encode(x) if _is_text_input(x) else np.asarray(x, np.float32)
+                for x in (a, b))
+        a, b = (l2_normalize_rows(np.atleast_2d(x).astype(np.float32)) for x in (a, b))
+        return a @ b.T
+
+    def _batches(self, strings: List[bytes], batch_size: int):
         """Yields (indices into `strings`, float32 pooled [len(indices), dim]) per batch."""
         import tensorflow as tf
 
+        order = np.argsort([-len(s) for s in strings], kind="stable")
         chunk = batch_size * _TOKENIZE_BATCHES
         for chunk_start in range(0, len(strings), chunk):
             chunk_index = order[chunk_start:chunk_start + chunk]
-            tokens = self._serving.tokenize(tf.constant(
-                [strings[i].encode("utf-8") for i in chunk_index], tf.string))
+            tokens = self._serving.tokenize(tf.constant([strings[i] for i in chunk_index]))
             arrays = [tokens[key].numpy()
                       for key in ("input_word_ids", "input_mask", "input_type_ids")]
             lengths = arrays[1].sum(axis=1)
@@ -270,13 +346,15 @@ class SentenceEncoderModel:
                 yield chunk_index[rows], pooled[:len(rows)]
 
     def _graph(self, rows: int, length: int):
-        """The traced (and, with `jit_compile`, XLA-compiled) forward for one bucket."""
+        """The forward for one bucket: the saved function, or its XLA compilation."""
+        if not self.jit_compile:
+            return self._pooled
         key = (rows, length)
         if key not in self._graphs:
             import tensorflow as tf
 
             spec = tf.TensorSpec([rows, length], tf.int32)
-            function = tf.function(self._lean.__call__, jit_compile=self.jit_compile)
+            function = tf.function(self._pooled, jit_compile=True)
             self._graphs[key] = function.get_concrete_function(spec, spec, spec)
         return self._graphs[key]
 
@@ -285,17 +363,80 @@ class SentenceEncoderModel:
                 f"seq_length={self.seq_length}, precision={self.precision!r})")
 
 
+def _check_metadata(export_dir: str, metadata: dict, described: dict) -> None:
+    """Refuses metadata that disagrees with what the SavedModel computes."""
+    encoder = metadata.get("encoder") if isinstance(metadata.get("encoder"), dict) else {}
+    expected = {"dim": metadata.get("dim"), "seq_length": metadata.get("seq_length"),
+                "vocab_size": metadata.get("vocab_size"), "pooling": encoder.get("pooling"),
+                "hidden_activation": encoder.get("hidden_activation")}
+    for field, value in expected.items():
+        actual = described[field]
+        actual = actual.decode("utf-8") if isinstance(actual, bytes) else int(actual)
+        if value != actual:
+            where = f"encoder.{field}" if field in ("pooling", "hidden_activation") else field
+            raise ValueError(f"{os.path.join(export_dir, 'cmlm_tf_export.json')}: {where} is "
+                             f"{value!r} but serving/1 computes {actual!r}; the metadata "
+                             "does not belong to this model")
+
+
+def _either(name: str, value, alias: str, alias_value, default):
+    if value is not None and alias_value is not None and value != alias_value:
+        raise ValueError(f"{name}={value!r} and {alias}={alias_value!r} disagree; pass one")
+    if value is not None:
+        return value
+    return alias_value if alias_value is not None else default
+
+
+def _is_text_input(x) -> bool:
+    if isinstance(x, (str, bytes)):
+        return True
+    return isinstance(x, (list, tuple)) and bool(x) and isinstance(x[0], (str, bytes))
+
+
+def l2_normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm, as `tf.math.l2_normalize(epsilon=1e-12)`."""
+    squares = np.maximum((vectors * vectors).sum(axis=-1, keepdims=True), 1e-12)
+    return vectors / np.sqrt(squares)
+
+
+def read_metadata(export_dir: str) -> dict:
+    """The export's `cmlm_tf_export.json`, checked; errors name the file and the field."""
+    from cmlm_tf.export.export_lib import FORMAT_VERSION, METADATA_FILE
+
+    meta_path = os.path.join(export_dir, METADATA_FILE)
+    if not os.path.isdir(export_dir):
+        raise FileNotFoundError(f"{export_dir}: export directory not found")
+    if not os.path.exists(meta_path):
+        raise FileNotFoundError(
+            f"{meta_path}: not found; is {export_dir} written by python -m cmlm_tf.export?")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            metadata = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{meta_path}: cannot read export metadata ({e})") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{meta_path}: expected a JSON object, got "
+                         f"{type(metadata).__name__}")
+    version = metadata.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{meta_path}: format_version {version!r}, this cmlm_tf reads "
+                         f"{FORMAT_VERSION}; export the model again with this version "
+                         "(python -m cmlm_tf.export)")
+    return metadata
+
+
 def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional[int] = None,
          inter_op_threads: Optional[int] = None,
          jit_compile: Optional[bool] = None) -> SentenceEncoderModel:
-    """Loads a folder written by `python -m export.export_tfhub`.
+    """Loads a folder written by `python -m cmlm_tf.export`.
 
     Args:
         export_dir: the export folder.
         precision: `float32` (default) or `bfloat16`: matmuls and the feed-forward
             activation in bfloat16 (fast on CPUs with AMX / AVX512-BF16, GPUs and TPUs),
             LayerNorm, softmax and pooling in float32. all-MiniLM-L6-v2's STS-B dev Spearman
-            stays within 0.0001 of float32 (docs/results.md).
+            stays within 0.0001 of float32 (docs/results.md). On a CPU without native
+            bfloat16 (and no GPU) it is emulated and slower: a warning says so, once.
         intra_op_threads, inter_op_threads: TensorFlow thread pools (None: leave as is).
             Applied only if TensorFlow has not run anything yet in this process; otherwise
             a warning is logged and `model.threads["applied"]` is False.
@@ -304,26 +445,16 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    meta_path = os.path.join(export_dir, METADATA_FILE)
-    if not os.path.isdir(export_dir):
-        raise FileNotFoundError(f"{export_dir}: export directory not found")
-    if not os.path.exists(meta_path):
-        raise FileNotFoundError(
-            f"{meta_path}: not found; is {export_dir} written by export.export_tfhub?")
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            metadata = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{meta_path}: cannot read export metadata ({e})") from None
-    if metadata.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{meta_path}: unsupported format_version "
-                         f"{metadata.get('format_version')!r} (expected {FORMAT_VERSION})")
+    metadata = read_metadata(export_dir)
     threads = apply_thread_settings(intra_op_threads, inter_op_threads)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
+    if precision == "bfloat16":
+        warn_if_bfloat16_is_emulated()
     serving_dir = os.path.join(export_dir, "serving", "1")
     if not os.path.exists(os.path.join(serving_dir, "saved_model.pb")):
         raise FileNotFoundError(f"{serving_dir}/saved_model.pb: not found")
-    return SentenceEncoderModel(export_dir, metadata, tf.saved_model.load(serving_dir),
-                                precision=precision, jit_compile=jit_compile, threads=threads)
+    serving = tf.saved_model.load(serving_dir)
+    return SentenceEncoderModel(export_dir, metadata, serving, precision=precision,
+                                jit_compile=jit_compile, threads=threads)

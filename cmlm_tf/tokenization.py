@@ -12,6 +12,7 @@ from typing import Dict, Iterable, List
 
 import tensorflow as tf
 import tf_keras
+from absl import logging
 
 from cmlm_tf import configs
 
@@ -33,11 +34,28 @@ def _existing_file(tokenizer: configs.TokenizerConfig, field: str, what: str) ->
 
 
 def build_tokenizer(tokenizer: configs.TokenizerConfig) -> tf_keras.layers.Layer:
-    """Returns a Model Garden tokenizer layer: strings [batch] -> int32 ragged ids."""
+    """Returns a tokenizer layer: strings [batch] -> int32 ragged ids.
+
+    WordPiece vocabularies tokenize with `FastWordpieceTokenizer` (TF-Text's linear-time
+    `FastBertTokenizer`; ids equal the classic `BertTokenizer`'s, see its docstring), whose
+    output is `[batch, (pieces)]`. A vocabulary the fast tokenizer cannot express (no
+    `[UNK]`, repeated tokens) falls back to Model Garden's `BertTokenizer`
+    (`[batch, (words), (pieces)]`) with a warning; `tokenizer_implementation(layer)` says
+    which one was built. SentencePiece models give `[batch, (pieces)]`.
+    """
     if tokenizer.type == "wordpiece":
-        return _text_layers().BertTokenizer(
-            vocab_file=_existing_file(tokenizer, "vocab_file", "vocabulary file"),
-            lower_case=tokenizer.lower_case)
+        vocab_file = _existing_file(tokenizer, "vocab_file", "vocabulary file")
+        try:
+            return FastWordpieceTokenizer(vocab_file=vocab_file,
+                                          lower_case=tokenizer.lower_case)
+        except (RuntimeError, ValueError) as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            logging.warning("%s: the fast WordPiece tokenizer cannot express this vocabulary "
+                            "(%s); using the classic BertTokenizer", vocab_file, reason)
+            layer = _text_layers().BertTokenizer(vocab_file=vocab_file,
+                                                 lower_case=tokenizer.lower_case)
+            layer.fallback_reason = reason
+            return layer
     if tokenizer.type == "sentencepiece":
         _existing_file(tokenizer, "sp_model_file", "SentencePiece model")
         # The layer keeps the serialized proto, so no path ends up in a SavedModel; it
@@ -52,6 +70,99 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig) -> tf_keras.layers.Layer
                 "(task.model.tokenizer.sp_model_file)")
         return layer
     raise ValueError(f"task.model.tokenizer.type: unknown tokenizer {tokenizer.type!r}")
+
+
+def tokenizer_implementation(layer: tf_keras.layers.Layer) -> dict:
+    """What `build_tokenizer` built, for export metadata: `{"name": ..., ...}`.
+
+    Names: `fast_wordpiece`, `wordpiece` (the classic fallback, with `fallback_reason`) or
+    `sentencepiece`.
+    """
+    if isinstance(layer, FastWordpieceTokenizer):
+        return {"name": "fast_wordpiece"}
+    if hasattr(layer, "fallback_reason"):
+        return {"name": "wordpiece", "fallback_reason": layer.fallback_reason}
+    return {"name": "sentencepiece"}
+
+
+class FastWordpieceTokenizer(tf_keras.layers.Layer):
+    """BERT WordPiece tokenization with TF-Text's `FastBertTokenizer` (linear time).
+
+    Normalisation (with `lower_case`: case folding, NFD, accents stripped), the split on
+    whitespace and punctuation and the WordPiece lookup run in two ops (`FastBertNormalize`,
+    `FastWordpieceTokenizeWithOffsets`) that also have TFLite kernels. On every line of
+    the UDHR, the installation guide, the Bible and STS-B, with cased and uncased
+    vocabularies, the ids equal the classic `BertTokenizer`'s
+    (`benchmarks/tokenizer_parity.py`). Where they differ: Unicode whitespace that is not
+    ASCII (U+00A0 no-break space and U+3000 ideographic space in cased vocabularies, U+2028
+    line separator in both) separates words here, as in the original BERT and Hugging Face
+    tokenizers, while `BertTokenizer` keeps it inside the word (usually giving `[UNK]`).
+
+    Args:
+        vocab_file: one token per line; `[UNK]` must be present and tokens unique.
+        lower_case: case-fold, NFD-normalise and strip accents first (BERT uncased).
+
+    Call args:
+        inputs: string [batch], valid UTF-8.
+
+    Returns:
+        int32 RaggedTensor [batch, (pieces)]. `tokenize_words` gives
+        [batch, (words), (pieces)], the TF Hub preprocessor's `.tokenize` layout.
+    """
+
+    def __init__(self, vocab_file: str, lower_case: bool, **kwargs):
+        super().__init__(**kwargs)
+        import tensorflow_text as tf_text
+
+        with tf.io.gfile.GFile(vocab_file, "r") as f:
+            self._vocab = [line.rstrip("\r\n") for line in f]
+        self._tokenizer = tf_text.FastBertTokenizer(
+            vocab=self._vocab, token_out_type=tf.int32, unknown_token="[UNK]",
+            lower_case_nfd_strip_accents=lower_case)
+        self._is_suffix = tf.constant([token.startswith("##") and len(token) > 2
+                                       for token in self._vocab])
+        self._special_tokens = {"vocab_size": len(self._vocab)}
+        for key, token in (("start_of_sequence_id", "[CLS]"), ("end_of_segment_id", "[SEP]"),
+                           ("padding_id", "[PAD]"), ("mask_id", "[MASK]")):
+            if token in self._vocab:
+                self._special_tokens[key] = self._vocab.index(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def get_special_tokens_dict(self) -> Dict[str, int]:
+        """`start_of_sequence_id`, `end_of_segment_id`, `padding_id`, `mask_id` (those the
+        vocabulary has) and `vocab_size`, as the TF Hub preprocessor contract names them."""
+        return dict(self._special_tokens)
+
+    def get_config(self):
+        # Like Model Garden's tokenizer layers, this one serialises only through SavedModel
+        # (a vocabulary path must not end up in a config).
+        raise NotImplementedError("FastWordpieceTokenizer is saved with tf.saved_model only")
+
+    def call(self, inputs):
+        pieces = self._tokenizer.tokenize(inputs)
+        # Static row count, as Model Garden's tokenizer layers do for shape inference.
+        row_splits = tf.reshape(pieces.row_splits, [tf.shape(inputs)[0] + 1])
+        return tf.RaggedTensor.from_row_splits(pieces.values, row_splits, validate=False)
+
+    def tokenize_words(self, inputs):
+        """Strings [batch] -> int32 RaggedTensor [batch, (words), (pieces)].
+
+        A word starts at every piece that is not a `##` continuation, and at the first
+        piece of each text.
+        """
+        pieces = self(inputs)
+        positions = tf.range(tf.shape(pieces.values, out_type=tf.int64)[0])
+        first_in_row = tf.equal(positions, tf.gather(pieces.row_starts(),
+                                                     pieces.value_rowids()))
+        starts = tf.logical_or(first_in_row,
+                               tf.logical_not(tf.gather(self._is_suffix, pieces.values)))
+        words = tf.RaggedTensor.from_row_starts(
+            pieces.values, tf.where(starts)[:, 0], validate=False)
+        words_per_text = tf.reduce_sum(tf.cast(pieces.with_values(starts), tf.int64), axis=1)
+        return tf.RaggedTensor.from_row_lengths(words, words_per_text, validate=False)
 
 
 # Where a training run that learned its SentencePiece model at start-up keeps it.
@@ -125,28 +236,43 @@ def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, e
                         pad_id: int, pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:
     """Packs one segment as `[CLS] tokens [SEP]`, truncated to `seq_length` in total.
 
-    Uses core TensorFlow ops only (no TF-Text trimmer), so TF Serving can run it. The result
-    is padded to the longest row of the batch, or to `seq_length` with `pad_to_seq_length`
-    (static shapes, as training on TPUs and cross-replica gathers need).
+    Dense core ops only (gather, select; no ragged or TF-Text op), so TF Serving and TFLite
+    run it. The result is padded to the longest row of the batch, or to `seq_length` with
+    `pad_to_seq_length` (static shapes, as training on TPUs and cross-replica gathers need).
 
     Args:
-        token_ids: int32 RaggedTensor [batch, (words), (pieces)] or [batch, (tokens)].
+        token_ids: int RaggedTensor [batch, (words), (pieces)] or [batch, (tokens)].
         seq_length: maximum length including the two special tokens.
+
+    Returns:
+        dict of int32 [batch, length] `input_word_ids`, `input_mask`, `input_type_ids`.
     """
     if token_ids.ragged_rank > 1:
         token_ids = token_ids.merge_dims(1, -1)
-    token_ids = tf.cast(token_ids, tf.int32)
-    token_ids = token_ids[:, : seq_length - 2]
-    batch_size = token_ids.nrows(out_type=tf.int32)
-    starts = tf.fill([batch_size, 1], tf.constant(start_id, tf.int32))
-    ends = tf.fill([batch_size, 1], tf.constant(end_id, tf.int32))
-    packed = tf.concat([starts, token_ids, ends], axis=1)
-    shape = [None, seq_length] if pad_to_seq_length else None
-    word_ids = packed.to_tensor(default_value=pad_id, shape=shape)
-    mask = tf.ones_like(packed).to_tensor(default_value=0, shape=shape)
+    values = tf.cast(token_ids.values, tf.int32)
+    # Row starts and lengths without `x[a:b]` slicing, which TFLite's converter keeps as a
+    # StridedSlice it has no kernel for.
+    row_lengths = tf.cast(token_ids.row_lengths(), tf.int32)
+    row_starts = tf.cumsum(row_lengths, exclusive=True)
+    lengths = tf.minimum(row_lengths, seq_length - 2)
+    if pad_to_seq_length:
+        width = seq_length
+    else:
+        width = tf.reduce_max(tf.concat([lengths, [0]], axis=0)) + 2
+    kept = tf.expand_dims(lengths, 1)
+    positions = tf.expand_dims(tf.range(width), 0)
+    # Position p > 0 holds token p - 1 of its row; a pad value at the end keeps the gather
+    # in range for empty rows and batches.
+    last = tf.shape(values)[0]
+    tokens = tf.gather(tf.concat([values, [pad_id]], axis=0),
+                       tf.clip_by_value(tf.expand_dims(row_starts, 1) + positions - 1, 0, last))
+    is_token = tf.logical_and(positions > 0, positions <= kept)
+    word_ids = tf.where(
+        positions == 0, start_id,
+        tf.where(is_token, tokens, tf.where(positions == kept + 1, end_id, pad_id)))
     return {
         "input_word_ids": word_ids,
-        "input_mask": mask,
+        "input_mask": tf.cast(positions <= kept + 1, tf.int32),
         "input_type_ids": tf.zeros_like(word_ids),
     }
 
@@ -205,12 +331,16 @@ def pack_two_segments(first: tf.RaggedTensor, second: tf.RaggedTensor, seq_lengt
 
 def tokenize_and_pack(tokenizer: tf_keras.layers.Layer, special: Dict[str, int],
                       sentences: tf.Tensor, seq_length,
-                      pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:
+                      pad_to_seq_length: bool = False,
+                      replace_invalid_utf8: bool = True) -> Dict[str, tf.Tensor]:
     """Strings [batch] -> TF Hub input dict of `[CLS] tokens [SEP]`, via `pack_single_segment`.
 
-    `special` is `special_token_ids(tokenizer)`.
+    `special` is `special_token_ids(tokenizer)`. `replace_invalid_utf8=False` leaves out the
+    `valid_utf8` step (TFLite has no kernel for it): the caller then passes valid UTF-8.
     """
-    ids = tokenizer(valid_utf8(sentences))
+    if replace_invalid_utf8:
+        sentences = valid_utf8(sentences)
+    ids = tokenizer(sentences)
     return pack_single_segment(ids, seq_length, special["start_of_sequence_id"],
                                special["end_of_segment_id"], special["padding_id"],
                                pad_to_seq_length=pad_to_seq_length)
@@ -221,6 +351,18 @@ class _ValidUtf8(tf_keras.layers.Layer):
 
     def call(self, inputs):
         return valid_utf8(inputs)
+
+
+class _WordPieces(tf_keras.layers.Layer):
+    """`FastWordpieceTokenizer.tokenize_words` as a layer: the preprocessor's `.tokenize`
+    returns [batch, (words), (pieces)] for WordPiece, as TF Hub BERT preprocessors do."""
+
+    def __init__(self, tokenizer: "FastWordpieceTokenizer", **kwargs):
+        super().__init__(**kwargs)
+        self.tokenizer = tokenizer
+
+    def call(self, inputs):
+        return self.tokenizer.tokenize_words(inputs)
 
 
 def create_preprocessor(tokenizer_config: configs.TokenizerConfig,
@@ -237,7 +379,11 @@ def create_preprocessor(tokenizer_config: configs.TokenizerConfig,
     tokenizer = build_tokenizer(tokenizer_config)
     special_tokens = tokenizer.get_special_tokens_dict()
     sentences = tf_keras.layers.Input(shape=(), dtype=tf.string, name="sentences")
-    tokens = tokenizer(_ValidUtf8(name="valid_utf8")(sentences))
+    valid = _ValidUtf8(name="valid_utf8")(sentences)
+    if isinstance(tokenizer, FastWordpieceTokenizer):
+        tokens = _WordPieces(tokenizer, name="fast_wordpiece")(valid)
+    else:
+        tokens = tokenizer(valid)
     pack = text_layers.BertPackInputs(seq_length=seq_length, special_tokens_dict=special_tokens)
     preprocessor = tf_keras.Model(sentences, pack(tokens))
     preprocessor.tokenize = tf_keras.Model(sentences, tokens)

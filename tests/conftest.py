@@ -117,10 +117,10 @@ TINY_EXPORT_SEQ_LENGTH = 12
 
 def export_tiny_run(tmp_path_factory, run_dir, name: str) -> pathlib.Path:
     """Exports a tiny run through the command line, with a seq_length override."""
-    from export import export_tfhub
+    from cmlm_tf.export import cli as export_cli
 
     export_dir = tmp_path_factory.mktemp("exports") / name
-    rc = export_tfhub.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),
+    rc = export_cli.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),
                             "--seq_length", str(TINY_EXPORT_SEQ_LENGTH)])
     assert rc == 0
     return export_dir
@@ -145,10 +145,10 @@ def minilm_hf_dir():
 
 @pytest.fixture(scope="session")
 def minilm_export(tmp_path_factory, minilm_hf_dir):
-    from export import export_tfhub
+    from cmlm_tf.export import export_lib
 
     export_dir = tmp_path_factory.mktemp("exports") / "minilm"
-    export_tfhub.export(str(export_dir), hf_dir=str(minilm_hf_dir))
+    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir))
     return export_dir
 
 

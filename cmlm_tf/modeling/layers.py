@@ -55,8 +55,8 @@ class SequencePooling(tf_keras.layers.Layer):
 
     def call(self, sequence, mask):
         if self.mode == "cls":
-            return sequence[:, 0, :]
-        weights = tf.cast(mask, sequence.dtype)[:, :, tf.newaxis]
+            return tf.gather(sequence, 0, axis=1)
+        weights = tf.expand_dims(tf.cast(mask, sequence.dtype), -1)
         if self.mode == "mean":
             total = tf.reduce_sum(sequence * weights, axis=1)
             count = tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)

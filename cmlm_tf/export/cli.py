@@ -1,0 +1,59 @@
+r"""Command line of the exporter.
+
+    python -m cmlm_tf.export --export_dir OUT \
+        (--model_dir DIR [--checkpoint CKPT] [--encoder_key encoder] | --hf_dir DIR) \
+        [--seq_length N] [--tflite] [--overwrite]
+
+`--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
+`cmlm_tf.convert_hf_bert` (`warm_start.yaml`); `--hf_dir` converts a Hugging Face BERT
+folder on the fly. Arguments are checked before TensorFlow is imported.
+"""
+
+import argparse
+import sys
+
+# Standard library only at import time: errors in the arguments come before TensorFlow.
+from cmlm_tf.export import export_lib
+
+
+def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels, "
+                    "a TF Serving model and, with --tflite, TFLite models.")
+    parser.add_argument("--export_dir", required=True, help="folder to write")
+    parser.add_argument("--model_dir", help="training run or convert_hf_bert output folder")
+    parser.add_argument("--checkpoint", help="checkpoint prefix (default: the latest)")
+    parser.add_argument("--encoder_key", default="encoder",
+                        help="checkpoint item holding the encoder (e.g. target_encoder)")
+    parser.add_argument("--hf_dir", help="Hugging Face BERT folder to convert and export")
+    parser.add_argument("--seq_length", type=int, default=None,
+                        help="default: the HF folder's max_seq_length, else the training "
+                             f"run's seq_length, else {export_lib.DEFAULT_SEQ_LENGTH}")
+    parser.add_argument("--tflite", action="store_true",
+                        help="also write OUT/tflite/ (float32 and dynamic-range int8)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    return parser
+
+
+def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if bool(args.model_dir) == bool(args.hf_dir):
+        parser.error("pass exactly one of --model_dir and --hf_dir")
+    if args.seq_length is not None and args.seq_length < 3:
+        parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
+    try:
+        path = export_lib.export(args.export_dir, model_dir=args.model_dir,
+                                 checkpoint=args.checkpoint, encoder_key=args.encoder_key,
+                                 hf_dir=args.hf_dir, seq_length=args.seq_length,
+                                 overwrite=args.overwrite, tflite=args.tflite)
+    except (FileNotFoundError, FileExistsError, ValueError, NotImplementedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The inference forward: token ids to pooled sentence vectors in a few plain TF ops.
+
+`SentenceEncoder` is Model Garden's `BertEncoderV2` inside Keras layers: the model to train
+and the TF Hub encoder to fine-tune. For inference the same arithmetic runs faster as plain
+ops on weights laid out for it, and this module builds that forward from a live
+`SentenceEncoder` (not from variable names), once, at export time:
+
+- the query, key and value kernels are concatenated into one [width, 3 * width] matmul, the
+  query part pre-scaled by 1 / sqrt(head_dim);
+- everything else is the encoder's own computation: embeddings, LayerNorm, attention with
+  BERT's additive padding bias, the feed-forward layer with the encoder's activation
+  (`layers.get_activation`), the encoder's pooling (`layers.SequencePooling`) and projection;
+- with `precision="bfloat16"` the matmul inputs (bfloat16 copies of the kernels, made here
+  once) and the feed-forward bias + activation are bfloat16; the residual stream, LayerNorm
+  statistics, softmax and pooling stay float32.
+
+No XLA is needed (TF Serving runs XLA only when started with
+`--xla_cpu_compilation_enabled`); callers that want it wrap the call in
+`tf.function(jit_compile=True)`. The exporter saves this module inside `serving/1`, and
+`cmlm_tf.load()` calls what was saved.
+"""
+
+from typing import Dict, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from cmlm_tf.modeling import layers
+
+PRECISIONS = ("float32", "bfloat16")
+# Additive attention bias on padding, as BERT: exp(-10000) is 0 in float32.
+_PADDING_BIAS = -10000.0
+
+
+class _TransformerLayer(tf.Module):
+    """One post-norm Transformer layer's weights, in the layout the forward uses."""
+
+    def __init__(self, block, precisions: Tuple[str, ...], name: str):
+        super().__init__(name=name)
+        attention = block._attention_layer
+        width = attention._query_dense.kernel.shape[0]
+        head_dim = attention._query_dense.kernel.shape[-1]
+        scales = (1.0 / np.sqrt(head_dim), 1.0, 1.0)
+        denses = (attention._query_dense, attention._key_dense, attention._value_dense)
+        qkv_kernel = np.concatenate([d.kernel.numpy().reshape(width, -1) * scale
+                                     for d, scale in zip(denses, scales)], axis=1)
+        qkv_bias = np.concatenate([d.bias.numpy().reshape(-1) * scale
+                                   for d, scale in zip(denses, scales)])
+        matmul_weights = {
+            "qkv_kernel": qkv_kernel,
+            "qkv_bias": qkv_bias,
+            "attention_kernel": attention._output_dense.kernel.numpy().reshape(-1, width),
+            "inner_kernel": block._intermediate_dense.kernel.numpy(),
+            "inner_bias": block._intermediate_dense.bias.numpy(),
+            "output_kernel": block._output_dense.kernel.numpy(),
+        }
+        # One set of matmul weights per precision, cast once here rather than per call.
+        self.matmul_weights = {
+            precision: {key: _constant_variable(value, tf.as_dtype(precision))
+                        for key, value in matmul_weights.items()}
+            for precision in precisions}
+        self.attention_bias = _constant_variable(attention._output_dense.bias)
+        self.attention_norm = _norm_weights(block._attention_layer_norm)
+        self.output_bias = _constant_variable(block._output_dense.bias)
+        self.output_norm = _norm_weights(block._output_layer_norm)
+        self.epsilon = float(block._output_layer_norm.epsilon)
+
+
+def _constant_variable(value, dtype=tf.float32) -> tf.Variable:
+    return tf.Variable(tf.cast(tf.convert_to_tensor(value), dtype), trainable=False)
+
+
+def _norm_weights(layer_norm) -> Tuple[tf.Variable, tf.Variable]:
+    return _constant_variable(layer_norm.gamma), _constant_variable(layer_norm.beta)
+
+
+class InferenceForward(tf.Module):
+    """Pooled sentence vectors from token ids, with a `SentenceEncoder`'s weights.
+
+    Args:
+        encoder: a built `cmlm_tf.modeling.sentence_encoder.SentenceEncoder` (post-norm
+            `BertEncoderV2`, no embedding projection, no dense inputs). Its weights are
+            copied: later changes to the encoder do not reach the forward.
+        precisions: the precisions to prepare matmul weights for (`float32`, `bfloat16`).
+
+    Call args:
+        input_word_ids, input_mask, input_type_ids: int32 [batch, seq].
+        precision: one of `precisions`.
+
+    Returns:
+        float32 [batch, dim]: the encoder's `pooled_output` (pooling, then projection; not
+        L2-normalised).
+    """
+
+    def __init__(self, encoder, precisions: Tuple[str, ...] = PRECISIONS,
+                 name: str = "inference_forward"):
+        super().__init__(name=name)
+        unknown = set(precisions) - set(PRECISIONS)
+        if unknown:
+            raise ValueError(f"precisions must be among {PRECISIONS}, got {sorted(unknown)}")
+        config = encoder.encoder_config
+        bert = encoder.bert
+        if bert._embedding_projection is not None:
+            raise ValueError("InferenceForward: encoders with an embedding projection "
+                             "(embedding width != hidden size) are not supported")
+        blocks = bert._transformer_layers
+        if any(block._norm_first for block in blocks):
+            raise ValueError("InferenceForward: pre-norm Transformer layers are not supported")
+        self.precisions = tuple(precisions)
+        self.num_heads = int(config.num_attention_heads)
+        self.hidden_activation = config.hidden_activation
+        self.pooling = config.pooling
+        self.word_embeddings = _constant_variable(bert._embedding_layer.embeddings)
+        self.position_embeddings = _constant_variable(
+            bert._position_embedding_layer._position_embeddings)
+        self.type_embeddings = _constant_variable(bert._type_embedding_layer.embeddings)
+        self.embedding_norm = _norm_weights(bert._embedding_norm_layer)
+        self.embedding_epsilon = float(bert._embedding_norm_layer.epsilon)
+        self.layers = [_TransformerLayer(block, self.precisions, name=f"layer_{index}")
+                       for index, block in enumerate(blocks)]
+        self.projection = None
+        if encoder.projection is not None:
+            self.projection = (_constant_variable(encoder.projection.kernel),
+                               _constant_variable(encoder.projection.bias))
+        self._activation = layers.get_activation(config.hidden_activation)
+        self._pooler = layers.SequencePooling(config.pooling)
+
+    @property
+    def output_dim(self) -> int:
+        if self.projection is not None:
+            return int(self.projection[0].shape[1])
+        return int(self.word_embeddings.shape[1])
+
+    def __call__(self, input_word_ids, input_mask, input_type_ids,
+                 precision: str = "float32") -> tf.Tensor:
+        if precision not in self.precisions:
+            raise ValueError(f"precision {precision!r} was not prepared; this forward has "
+                             f"{self.precisions}")
+        compute = tf.as_dtype(precision)
+        batch, seq = tf.shape(input_word_ids)[0], tf.shape(input_word_ids)[1]
+        width = int(self.word_embeddings.shape[1])
+        head_dim = width // self.num_heads
+        # Slices and reshapes rather than `x[tf.newaxis]` indexing: TFLite's converter
+        # turns the latter into a StridedSlice it has no kernel for.
+        positions = tf.slice(self.position_embeddings, [0, 0], [seq, width])
+        x = (tf.gather(self.word_embeddings, input_word_ids)
+             + tf.expand_dims(positions, 0)
+             + tf.gather(self.type_embeddings, input_type_ids))
+        x, x_compute = _layer_norm(tf.reshape(x, [batch * seq, width]), self.embedding_norm,
+                                   self.embedding_epsilon, compute)
+        mask = tf.cast(input_mask, tf.float32)
+        attention_bias = tf.reshape((1.0 - mask) * _PADDING_BIAS, [batch, 1, 1, seq])
+        for layer in self.layers:
+            weights: Dict[str, tf.Variable] = layer.matmul_weights[precision]
+            qkv = tf.nn.bias_add(tf.matmul(x_compute, weights["qkv_kernel"]),
+                                 weights["qkv_bias"])
+            query, key, value = tf.unstack(tf.transpose(
+                tf.reshape(qkv, [batch, seq, 3, self.num_heads, head_dim]), [2, 0, 3, 1, 4]))
+            scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
+            probs = tf.cast(tf.nn.softmax(scores + attention_bias, axis=-1), compute)
+            context = tf.matmul(probs, value)
+            context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch * seq, width])
+            attended = tf.cast(tf.matmul(context, weights["attention_kernel"]), tf.float32)
+            x, x_compute = _layer_norm(attended + layer.attention_bias + x,
+                                       layer.attention_norm, layer.epsilon, compute)
+            # Bias and activation in the compute dtype: in bfloat16 this saves two casts of
+            # the widest activation per layer.
+            inner = self._activation(tf.nn.bias_add(
+                tf.matmul(x_compute, weights["inner_kernel"]), weights["inner_bias"]))
+            output = tf.cast(tf.matmul(inner, weights["output_kernel"]), tf.float32)
+            x, x_compute = _layer_norm(output + layer.output_bias + x, layer.output_norm,
+                                       layer.epsilon, compute)
+        pooled = self._pooler(tf.reshape(x, [batch, seq, width]), mask)
+        if self.projection is not None:
+            pooled = tf.matmul(pooled, self.projection[0]) + self.projection[1]
+        return pooled
+
+
+def _layer_norm(x, gamma_beta, epsilon: float, compute_dtype):
+    """float32 LayerNorm over the last axis; returns it and its copy in `compute_dtype`."""
+    gamma, beta = gamma_beta
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    x = tf.nn.batch_normalization(x, mean, variance, beta, gamma, epsilon)
+    return x, tf.cast(x, compute_dtype)
