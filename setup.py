@@ -25,8 +25,11 @@ setup(
         "tqdm",
         "pyyaml",
         "sentencepiece",  # trains BGT's vocabulary; tensorflow-text runs the model
+        "ai-edge-litert",  # the TFLite interpreter (LiteRT) for exported TFLite models
     ],
-    extras_require={"test": ["pytest", "ruff"]},
+    # The TF Serving request protos, on the same line as tensorflow (the test builds a
+    # PredictRequest).
+    extras_require={"test": ["pytest", "ruff", "tensorflow-serving-api~=2.20.0"]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",

@@ -33,18 +33,25 @@ def _existing_file(tokenizer: configs.TokenizerConfig, field: str, what: str) ->
     return path
 
 
-def build_tokenizer(tokenizer: configs.TokenizerConfig) -> tf_keras.layers.Layer:
+def build_tokenizer(tokenizer: configs.TokenizerConfig,
+                    fast_wordpiece: bool = True) -> tf_keras.layers.Layer:
     """Returns a tokenizer layer: strings [batch] -> int32 ragged ids.
 
     WordPiece vocabularies tokenize with `FastWordpieceTokenizer` (TF-Text's linear-time
     `FastBertTokenizer`; ids equal the classic `BertTokenizer`'s, see its docstring), whose
     output is `[batch, (pieces)]`. A vocabulary the fast tokenizer cannot express (no
     `[UNK]`, repeated tokens) falls back to Model Garden's `BertTokenizer`
-    (`[batch, (words), (pieces)]`) with a warning; `tokenizer_implementation(layer)` says
-    which one was built. SentencePiece models give `[batch, (pieces)]`.
+    (`[batch, (words), (pieces)]`) with a warning, as does `fast_wordpiece=False` (the ops
+    that TF Serving releases before 2.12 link); `tokenizer_implementation(layer)` says which
+    one was built and why. SentencePiece models give `[batch, (pieces)]`.
     """
     if tokenizer.type == "wordpiece":
         vocab_file = _existing_file(tokenizer, "vocab_file", "vocabulary file")
+        if not fast_wordpiece:
+            layer = _text_layers().BertTokenizer(vocab_file=vocab_file,
+                                                 lower_case=tokenizer.lower_case)
+            layer.fallback_reason = "classic WordPiece asked for"
+            return layer
         try:
             return FastWordpieceTokenizer(vocab_file=vocab_file,
                                           lower_case=tokenizer.lower_case)

@@ -148,7 +148,7 @@ def minilm_export(tmp_path_factory, minilm_hf_dir):
     from cmlm_tf.export import export_lib
 
     export_dir = tmp_path_factory.mktemp("exports") / "minilm"
-    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir))
+    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir), tflite=True)
     return export_dir
 
 

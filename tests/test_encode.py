@@ -86,3 +86,80 @@ def test_similarity_cli(tiny_export, capsys):
     assert similarity.main(["--model", str(tiny_export), "the dog", "a dog", "red car"]) == 0
     out = capsys.readouterr().out
     assert "nearest to [0]" in out and " 1.000" in out
+
+
+def test_sentence_transformers_keyword_names(tiny_model):
+    import tensorflow as tf
+
+    texts = ["the dog", "a man is riding a horse", "hello"]
+    raw = tiny_model.encode(texts, normalize=False)
+    np.testing.assert_array_equal(tiny_model.encode(texts, normalize_embeddings=False), raw)
+    with pytest.raises(ValueError, match="disagree"):
+        tiny_model.encode(texts, normalize=True, normalize_embeddings=False)
+    full = tiny_model.encode(texts, show_progress_bar=False)
+    tensor = tiny_model.encode(texts, convert_to_tensor=True)
+    assert isinstance(tensor, tf.Tensor) and tensor.shape == (3, 32)
+    np.testing.assert_allclose(tensor.numpy(), full)
+    rows = tiny_model.encode(texts, convert_to_numpy=False)
+    assert isinstance(rows, list) and len(rows) == 3 and rows[0].shape == (32,)
+    assert tiny_model.get_sentence_embedding_dimension() == 32
+    assert tiny_model.max_seq_length == TINY_EXPORT_SEQ_LENGTH
+
+
+def test_similarity_of_texts_and_vectors(tiny_model):
+    a, b = ["the dog", "a cat"], ["a dog", "red car", "the cat"]
+    scores = tiny_model.similarity(a, b)
+    assert scores.shape == (2, 3)
+    np.testing.assert_allclose(scores, tiny_model.encode(a) @ tiny_model.encode(b).T,
+                               atol=1e-6)
+    raw = tiny_model.encode(a, normalize=False)
+    np.testing.assert_allclose(tiny_model.similarity(raw, tiny_model.encode(b)), scores,
+                               atol=1e-6)
+    assert tiny_model.similarity("the dog", "the dog").round(5).tolist() == [[1.0]]
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, {"a", "b"}, frozenset(["a"])])
+def test_unordered_inputs_are_rejected(tiny_model, bad):
+    with pytest.raises(TypeError, match="no order"):
+        tiny_model.encode(bad)
+
+
+def test_lone_surrogates_become_replacement_characters(tiny_model):
+    vectors = tiny_model.encode(["ok \ud800 fine", "\udfff"])
+    assert np.isfinite(vectors).all()
+    np.testing.assert_allclose(vectors[0], tiny_model.encode(b"ok \xed\xa0\x80 fine"),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("batch_size,error", [("8", TypeError), (2.5, TypeError),
+                                              (True, TypeError), (0, ValueError)])
+def test_batch_size_must_be_a_positive_int(tiny_model, batch_size, error):
+    with pytest.raises(error, match="batch_size"):
+        tiny_model.encode(["a"], batch_size=batch_size)
+
+
+def _copy_export(tiny_export, tmp_path, edit):
+    import json
+    import shutil
+
+    target = tmp_path / "copy"
+    shutil.copytree(tiny_export, target)
+    path = target / "cmlm_tf_export.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps(edit(meta)))
+    return target
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: [m], "expected a JSON object"),
+    (lambda m: {**m, "format_version": 1}, "export the model again"),
+    (lambda m: {k: v for k, v in m.items() if k != "dim"}, "dim"),
+    (lambda m: {**m, "dim": 64}, "dim is 64 but serving/1 computes 32"),
+    (lambda m: {**m, "encoder": {**m["encoder"], "pooling": "cls"}}, "encoder.pooling"),
+    (lambda m: {**m, "seq_length": 99}, "seq_length"),
+])
+def test_metadata_that_does_not_fit_the_model_is_refused(tiny_export, tmp_path, edit, message):
+    target = _copy_export(tiny_export, tmp_path, edit)
+    with pytest.raises(ValueError, match=message) as info:
+        cmlm_tf.load(str(target))
+    assert "cmlm_tf_export.json" in str(info.value) and "\n" not in str(info.value)

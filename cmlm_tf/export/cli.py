@@ -2,7 +2,7 @@ r"""Command line of the exporter.
 
     python -m cmlm_tf.export --export_dir OUT \
         (--model_dir DIR [--checkpoint CKPT] [--encoder_key encoder] | --hf_dir DIR) \
-        [--seq_length N] [--tflite] [--overwrite]
+        [--seq_length N] [--tflite] [--classic_wordpiece] [--overwrite]
 
 `--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
 `cmlm_tf.convert_hf_bert` (`warm_start.yaml`); `--hf_dir` converts a Hugging Face BERT
@@ -32,6 +32,9 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
                              f"run's seq_length, else {export_lib.DEFAULT_SEQ_LENGTH}")
     parser.add_argument("--tflite", action="store_true",
                         help="also write OUT/tflite/ (float32 and dynamic-range int8)")
+    parser.add_argument("--classic_wordpiece", action="store_true",
+                        help="serving/1 tokenizes WordPiece with the classic TF-Text ops "
+                             "(TF Serving 2.2-2.11) instead of the fast ones (2.12+)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     return parser
 
@@ -47,7 +50,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         path = export_lib.export(args.export_dir, model_dir=args.model_dir,
                                  checkpoint=args.checkpoint, encoder_key=args.encoder_key,
                                  hf_dir=args.hf_dir, seq_length=args.seq_length,
-                                 overwrite=args.overwrite, tflite=args.tflite)
+                                 overwrite=args.overwrite, tflite=args.tflite,
+                                 classic_wordpiece=args.classic_wordpiece)
     except (FileNotFoundError, FileExistsError, ValueError, NotImplementedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

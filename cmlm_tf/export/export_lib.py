@@ -304,10 +304,12 @@ curl -d '{{"signature_name": "serving_default", "instances": [{{"sentences": "He
 def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
            encoder_key: str = "encoder", hf_dir: Optional[str] = None,
            seq_length: Optional[int] = None, overwrite: bool = False,
-           tflite: bool = False) -> str:
+           tflite: bool = False, classic_wordpiece: bool = False) -> str:
     """Writes the SavedModels, the model card and the metadata; returns `export_dir`.
 
-    With `tflite`, also `OUT/tflite/` (`cmlm_tf.export.tflite.write_tflite`).
+    With `tflite`, also `OUT/tflite/` (`cmlm_tf.export.tflite.write_tflite`). With
+    `classic_wordpiece`, WordPiece `serving/1` tokenizes with the classic TF-Text ops, which
+    TF Serving releases 2.2-2.11 link, instead of the fast ones (2.12 and later).
     """
     import tensorflow as tf
 
@@ -332,7 +334,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             raise ValueError(
                 f"--seq_length {seq_length} must be in 3..{model.encoder.max_position_embeddings}"
                 " (task.model.encoder.max_position_embeddings)")
-        tokenizer = tokenization.build_tokenizer(model.tokenizer)  # fails early on a bad path
+        tokenizer = tokenization.build_tokenizer(  # fails early on a bad path
+            model.tokenizer, fast_wordpiece=not classic_wordpiece)
         implementation = tokenization.tokenizer_implementation(tokenizer)
         vocab_size = tokenization.special_token_ids(tokenizer)["vocab_size"]
         if implementation["name"] == "wordpiece":
@@ -340,7 +343,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             # local path leaks into the models (the fast one holds its vocabulary itself).
             model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
                 model.tokenizer.vocab_file, os.path.join(work, "assets"))
-            tokenizer = tokenization.build_tokenizer(model.tokenizer)
+            tokenizer = tokenization.build_tokenizer(model.tokenizer,
+                                                     fast_wordpiece=not classic_wordpiece)
 
         encoder = sentence_encoder.build_sentence_encoder(model.encoder)
         sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)

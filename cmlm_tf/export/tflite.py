@@ -31,8 +31,8 @@ def model_file(quantization: str) -> str:
 
 
 def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
-    """The concrete functions to convert, by signature name."""
-    functions = {"from_token_ids": module.from_token_ids.get_concrete_function()}
+    """The functions to convert, by signature name."""
+    functions = {"from_token_ids": module.from_token_ids}
     if isinstance(module.tokenizer, tokenization.FastWordpieceTokenizer):
         @tf.function(input_signature=[serving_lib.SENTENCES_SPEC])
         def serving_default(sentences):
@@ -43,23 +43,28 @@ def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
                                     tokens["input_type_ids"])
             return {"embeddings": serving_lib.l2_normalize(pooled)}
 
-        functions["serving_default"] = serving_default.get_concrete_function()
+        functions["serving_default"] = serving_default
     return functions
 
 
 def convert(module: "serving_lib.ServingModule", quantization: str) -> bytes:
-    """One TFLite flatbuffer with every signature of `_functions`."""
+    """One TFLite flatbuffer with every signature of `_functions`, named as in serving/1."""
+    import tempfile
+
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     functions = _functions(module)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        list(functions.values()), module)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    # The fast WordPiece ops are TF-Text custom ops with TFLite kernels.
-    converter.allow_custom_ops = True
-    if quantization == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
-    return converter.convert()
+    with tempfile.TemporaryDirectory() as work:
+        # Through a SavedModel, so the TFLite signatures keep their names.
+        tf.saved_model.save(module, work, signatures=functions)
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            work, signature_keys=sorted(functions))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        # The fast WordPiece ops are TF-Text custom ops with TFLite kernels.
+        converter.allow_custom_ops = True
+        if quantization == "int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
+        return converter.convert()
 
 
 def custom_ops(flatbuffer: bytes) -> List[str]:

@@ -1,0 +1,267 @@
+"""One text-to-vector path: the inference forward the export saves, and every way to call it
+(serving signatures, a TF Serving PredictRequest, Keras 3's TFSMLayer, TFLite)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO_DIR, tiny_encoder_config
+
+import cmlm_tf
+from cmlm_tf import inference
+from cmlm_tf.modeling import inference_forward, sentence_encoder
+
+SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",
+             "the woman is slicing an onion . the child is eating"]
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "TF_USE_LEGACY_KERAS"}
+    environment.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2", **env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=environment, timeout=300)
+
+
+def random_ids(vocab_size, batch=3, seq=9, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab_size, size=[batch, seq]).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 4:] = 0
+    mask[2, 2:] = 0
+    ids[mask == 0] = 0
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids)}
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"pooling": "cls"},
+    {"pooling": "max", "hidden_activation": "relu"},
+    {"projection_size": 8, "hidden_activation": "gelu_approx"},
+], ids=["mean", "cls", "max-relu", "projection-tanh-gelu"])
+def test_forward_equals_the_keras_encoder(overrides):
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(3)
+    encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(60, **overrides))
+    forward = inference_forward.InferenceForward(encoder)
+    inputs = random_ids(60)
+    expected = encoder({k: tf.constant(v) for k, v in inputs.items()},
+                       training=False)["pooled_output"].numpy()
+    actual = forward(**inputs).numpy()
+    assert actual.shape == expected.shape == (3, forward.output_dim)
+    np.testing.assert_allclose(actual, expected, atol=2e-5)
+    bfloat16 = forward(**inputs, precision="bfloat16").numpy()
+    np.testing.assert_allclose(bfloat16, expected, atol=5e-2)
+    # The copy is made once: training the encoder further does not move the forward.
+    encoder.bert.get_embedding_table().assign_add(tf.ones_like(encoder.bert.get_embedding_table()))
+    np.testing.assert_allclose(forward(**inputs).numpy(), actual, atol=0)
+
+
+def test_export_refuses_a_forward_that_disagrees(tmp_path, tiny_run_dir, monkeypatch):
+    from cmlm_tf.export import export_lib
+
+    original = inference_forward.InferenceForward.__call__
+
+    def shifted(self, *args, **kwargs):
+        return original(self, *args, **kwargs) + 0.5
+
+    monkeypatch.setattr(inference_forward.InferenceForward, "__call__", shifted)
+    with pytest.raises(RuntimeError, match="inference forward differs"):
+        export_lib.export(str(tmp_path / "out"), model_dir=str(tiny_run_dir))
+    assert not list(tmp_path.iterdir())
+
+
+def test_serving_runs_the_saved_forward_without_xla(tiny_export):
+    from cmlm_tf.export import export_lib
+
+    ops = export_lib.saved_model_ops(str(tiny_export / "serving" / "1"))
+    # No XLA (TF Serving runs it only with --xla_cpu_compilation_enabled), and no Keras
+    # BertEncoderV2 graph: the fused query/key/value matmul of the inference forward.
+    assert not any("Xla" in op for op in ops)
+    meta = json.loads((tiny_export / "cmlm_tf_export.json").read_text())
+    assert meta["custom_ops"]["serving"] == ["FastBertNormalize",
+                                             "FastWordpieceTokenizeWithOffsets"]
+    assert meta["custom_ops"]["encoder"] == []
+    assert meta["tokenizer"]["implementation"] == {"name": "fast_wordpiece"}
+    assert meta["forward_max_relative_error"] < 1e-4
+    serving = tf.saved_model.load(str(tiny_export / "serving" / "1"))
+    tokens = serving.tokenize(tf.constant(SENTENCES))
+    pooled = serving.pooled_float32(**tokens).numpy()
+    embeddings = serving.signatures["serving_default"](
+        sentences=tf.constant(SENTENCES))["embeddings"].numpy()
+    np.testing.assert_allclose(embeddings, inference.l2_normalize_rows(pooled), atol=1e-6)
+
+
+def test_serving_needs_tensorflow_text_and_the_encoder_does_not(tiny_export):
+    """What the README's table says: serving/1 needs `import tensorflow_text` first."""
+    result = run_python(f"""
+        import tensorflow as tf
+        try:
+            tf.saved_model.load({str(tiny_export / 'serving' / '1')!r})
+        except Exception as e:
+            print("FAILED", type(e).__name__, "FastBertNormalize" in str(e))
+        import tensorflow_text
+        model = tf.saved_model.load({str(tiny_export / 'serving' / '1')!r})
+        out = model.signatures["serving_default"](sentences=tf.constant(["a dog"]))
+        print("LOADED", out["embeddings"].shape)
+    """)
+    assert "FAILED" in result.stdout and "True" in result.stdout, result.stderr[-2000:]
+    assert "LOADED (1, 32)" in result.stdout, result.stderr[-2000:]
+
+
+def test_predict_request_round_trip_in_a_fresh_process(tiny_export, tmp_path):
+    """A TF Serving gRPC PredictRequest, answered in a process with only TensorFlow and
+    tensorflow_text, as the model server would: the response equals `encode()`."""
+    predict_pb2 = pytest.importorskip(
+        "tensorflow_serving.apis.predict_pb2",
+        reason="tensorflow-serving-api is not installed (pip install -e '.[test]')")
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "encoder"
+    request.model_spec.signature_name = "serving_default"
+    request.inputs["sentences"].CopyFrom(tf.make_tensor_proto(SENTENCES, dtype=tf.string))
+    (tmp_path / "request.pb").write_bytes(request.SerializeToString())
+    result = run_python(f"""
+        import sys
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+        from tensorflow_serving.apis import predict_pb2
+        request = predict_pb2.PredictRequest.FromString(
+            open({str(tmp_path / 'request.pb')!r}, "rb").read())
+        model = tf.saved_model.load({str(tiny_export / 'serving' / '1')!r})
+        signature = model.signatures[request.model_spec.signature_name]
+        inputs = {{name: tf.constant(tf.make_ndarray(proto))
+                   for name, proto in request.inputs.items()}}
+        response = predict_pb2.PredictResponse()
+        response.model_spec.CopyFrom(request.model_spec)
+        for name, value in signature(**inputs).items():
+            response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
+        open({str(tmp_path / 'response.pb')!r}, "wb").write(response.SerializeToString())
+        assert "cmlm_tf" not in sys.modules
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    response = predict_pb2.PredictResponse.FromString((tmp_path / "response.pb").read_bytes())
+    assert list(response.outputs) == ["embeddings"]
+    served = tf.make_ndarray(response.outputs["embeddings"])
+    np.testing.assert_allclose(served, cmlm_tf.load(str(tiny_export)).encode(SENTENCES),
+                               atol=2e-5)
+
+
+def test_keras3_tfsmlayer_in_a_fresh_process(tiny_export, tmp_path):
+    result = run_python(f"""
+        import keras, numpy as np, tensorflow as tf
+        import tensorflow_text  # noqa: F401
+        assert keras.__version__.startswith("3"), keras.__version__
+        layer = keras.layers.TFSMLayer({str(tiny_export / 'serving' / '1')!r},
+                                       call_endpoint="serving_default")
+        text = keras.Input(shape=(), dtype="string")
+        model = keras.Model(text, layer(text)["embeddings"])
+        np.save({str(tmp_path / 'tfsm.npy')!r}, model(tf.constant({SENTENCES!r})).numpy())
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "tfsm.npy"),
+                               cmlm_tf.load(str(tiny_export)).encode(SENTENCES), atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_tflite_export(tmp_path_factory, tiny_run_dir):
+    from cmlm_tf.export import cli
+
+    export_dir = tmp_path_factory.mktemp("tflite") / "tiny"
+    assert cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
+                     "--tflite"]) == 0
+    return export_dir
+
+
+def test_tflite_text_and_token_ids(tiny_tflite_export):
+    from cmlm_tf.export import tflite
+
+    meta = json.loads((tiny_tflite_export / "cmlm_tf_export.json").read_text())
+    files = {entry["quantization"]: entry for entry in meta["tflite"]["models"]}
+    assert set(files) == {"float32", "int8"}
+    assert files["int8"]["bytes"] < files["float32"]["bytes"]
+    assert files["float32"]["custom_ops"] == ["FastBertNormalize",
+                                              "FastWordpieceTokenizeWithOffsets"]
+    model = cmlm_tf.load(str(tiny_tflite_export))
+    reference = model.encode(SENTENCES)
+    tokens = {key: value.numpy() for key, value in
+              model._serving.tokenize(tf.constant(SENTENCES)).items()}
+    for quantization, tolerance in (("float32", 0.9999), ("int8", 0.98)):
+        interpreter = tflite.load_interpreter(
+            str(tiny_tflite_export / "tflite" / files[quantization]["file"]))
+        assert set(interpreter.get_signature_list()) == {"serving_default", "from_token_ids"}
+        text = interpreter.get_signature_runner("serving_default")(
+            sentences=np.array(SENTENCES, dtype=object))["embeddings"]
+        ids = interpreter.get_signature_runner("from_token_ids")(**tokens)["embeddings"]
+        for vectors in (text, ids):
+            assert vectors.shape == reference.shape
+            assert (vectors * reference).sum(axis=1).min() >= tolerance, quantization
+    assert "tflite/model_int8.tflite" in (tiny_tflite_export / "README.md").read_text()
+
+
+def test_tflite_sentencepiece_exports_token_ids_and_the_tokenizer(tmp_path, tiny_sp_run_dir,
+                                                                   tiny_sp_model):
+    from cmlm_tf.export import cli, tflite
+
+    export_dir = tmp_path / "sp"
+    assert cli.main(["--model_dir", str(tiny_sp_run_dir), "--export_dir", str(export_dir),
+                     "--tflite"]) == 0
+    meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
+    assert meta["tflite"]["tokenizer"] == "sp.model"
+    assert (export_dir / "tflite" / "sp.model").read_bytes() == tiny_sp_model.read_bytes()
+    interpreter = tflite.load_interpreter(str(export_dir / "tflite" / "model_float32.tflite"))
+    assert set(interpreter.get_signature_list()) == {"from_token_ids"}
+    model = cmlm_tf.load(str(export_dir))
+    tokens = {key: value.numpy() for key, value in
+              model._serving.tokenize(tf.constant(SENTENCES)).items()}
+    vectors = interpreter.get_signature_runner("from_token_ids")(**tokens)["embeddings"]
+    assert (vectors * model.encode(SENTENCES)).sum(axis=1).min() >= 0.9999
+
+
+def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch):
+    monkeypatch.setattr(inference, "_warned", set())
+    monkeypatch.setattr(inference, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
+    with pytest.warns(RuntimeWarning, match="neither AVX512_BF16 nor AMX"):
+        cmlm_tf.load(str(tiny_export), precision="bfloat16")
+    with _no_warning():
+        cmlm_tf.load(str(tiny_export), precision="bfloat16")  # once per process
+    for flags in ({"avx2", "avx512_bf16"}, {"avx2", "amx_bf16"}):
+        monkeypatch.setattr(inference, "_warned", set())
+        monkeypatch.setattr(inference, "cpu_flags", lambda flags=flags: flags)
+        with _no_warning():
+            cmlm_tf.load(str(tiny_export), precision="bfloat16")
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._catcher = warnings.catch_warnings(record=True)
+        self._caught = self._catcher.__enter__()
+        warnings.simplefilter("always")
+
+    def __exit__(self, *exc):
+        self._catcher.__exit__(*exc)
+        assert not [w for w in self._caught if issubclass(w.category, RuntimeWarning)], \
+            [str(w.message) for w in self._caught]
+
+
+def test_classic_wordpiece_serving_for_older_model_servers(tmp_path, tiny_run_dir, tiny_export):
+    from cmlm_tf.export import cli
+
+    export_dir = tmp_path / "classic"
+    assert cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
+                     "--seq_length", "12", "--classic_wordpiece"]) == 0
+    meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
+    assert meta["tokenizer"]["implementation"]["name"] == "wordpiece"
+    assert meta["custom_ops"]["serving"] == ["CaseFoldUTF8", "NormalizeUTF8",
+                                             "RegexSplitWithOffsets",
+                                             "WordpieceTokenizeWithOffsets"]
+    assert str(tmp_path) not in (export_dir / "cmlm_tf_export.json").read_text()
+    np.testing.assert_allclose(cmlm_tf.load(str(export_dir)).encode(SENTENCES),
+                               cmlm_tf.load(str(tiny_export)).encode(SENTENCES), atol=1e-6)

@@ -1,0 +1,112 @@
+"""The fast WordPiece tokenizer: ids equal to the classic BertTokenizer's, word grouping,
+the documented whitespace difference, the fallback, and dense packing."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text as tf_text
+from conftest import SHARED_DATA
+
+from cmlm_tf import configs, tokenization
+
+
+def classic_ids(vocab_file, lower_case, texts):
+    table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+        str(vocab_file), tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+        tf.lookup.TextFileIndex.LINE_NUMBER), -1)
+    tokenizer = tf_text.BertTokenizer(table, lower_case=lower_case)
+    ids = []
+    for start in range(0, len(texts), 512):
+        ids += tokenizer.tokenize(tf.constant(texts[start:start + 512])).merge_dims(1, -1)\
+            .to_list()
+    return ids
+
+
+def fast_ids(vocab_file, lower_case, texts):
+    tokenizer = tokenization.build_tokenizer(configs.TokenizerConfig(
+        vocab_file=str(vocab_file), lower_case=lower_case))
+    assert isinstance(tokenizer, tokenization.FastWordpieceTokenizer)
+    ids = []
+    for start in range(0, len(texts), 512):
+        ids += tokenizer(tf.constant(texts[start:start + 512])).to_list()
+    return ids
+
+
+def shared_lines():
+    lines = []
+    for path in sorted((SHARED_DATA / "udhr").glob("*.txt")):
+        if path.name.startswith("LICENSE"):
+            continue
+        lines += path.read_text(encoding="utf-8").splitlines()
+    for path in sorted((SHARED_DATA / "install_guide").glob("*.tsv")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            lines += line.split("\t")
+    return lines
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "udhr").exists(),
+                    reason="../shared/data (UDHR, installation guide) is not beside the checkout")
+@pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
+def test_fast_ids_equal_classic_ids_on_multilingual_text(minilm_hf_dir, lower_case):
+    """Every UDHR line (441 languages) and installation-guide paragraph (19 languages).
+    `benchmarks/tokenizer_parity.py` adds the Bible, STS-B and a cased vocabulary."""
+    vocab = minilm_hf_dir / "vocab.txt"
+    lines = shared_lines()
+    assert len(lines) > 40_000
+    differing = [i for i, (a, b) in enumerate(zip(classic_ids(vocab, lower_case, lines),
+                                                   fast_ids(vocab, lower_case, lines)))
+                 if a != b]
+    assert not differing, [lines[i][:80] for i in differing[:5]]
+
+
+def test_unicode_whitespace_separates_words(minilm_hf_dir):
+    """The one known difference: non-ASCII whitespace splits words in the fast tokenizer
+    (as in the original BERT and Hugging Face tokenizers), while the classic one keeps it
+    inside the word. ASCII text is unaffected."""
+    vocab = minilm_hf_dir / "vocab.txt"
+    texts = ["ls\u2028ls", "plain ascii text, with punctuation!"]
+    fast = fast_ids(vocab, True, texts)
+    classic = classic_ids(vocab, True, texts)
+    separated = fast_ids(vocab, True, ["ls ls"])[0]
+    assert fast[0] == separated and classic[0] != separated
+    assert fast[1] == classic[1]
+
+
+def test_words_layout_groups_continuation_pieces(tiny_vocab):
+    tokenizer = tokenization.build_tokenizer(configs.TokenizerConfig(vocab_file=str(tiny_vocab)))
+    vocab = tiny_vocab.read_text(encoding="utf-8").splitlines()
+    texts = tf.constant(["the dogs xyz", "", "hello"])
+    words = tokenizer.tokenize_words(texts)
+    assert words.ragged_rank == 2
+    as_tokens = [[[vocab[i] for i in word] for word in row] for row in words.to_list()]
+    assert as_tokens == [[["the"], ["dog", "##s"], ["x", "##y", "##z"]], [], [["hello"]]]
+    np.testing.assert_array_equal(words.merge_dims(1, -1).flat_values,
+                                  tokenizer(texts).flat_values)
+
+
+def test_unexpressible_vocabulary_falls_back_with_a_reason(tmp_path, caplog):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nhello\n##s\n", encoding="utf-8")  # no [UNK]
+    tokenizer = tokenization.build_tokenizer(configs.TokenizerConfig(vocab_file=str(vocab)))
+    implementation = tokenization.tokenizer_implementation(tokenizer)
+    assert implementation["name"] == "wordpiece"
+    assert "unk" in implementation["fallback_reason"].lower()
+    assert "fast WordPiece tokenizer cannot express" in caplog.text
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_dense_packing(pad):
+    ids = tf.ragged.constant([[5, 6, 7, 8, 9, 10], [], [11]], dtype=tf.int32)
+    packed = tokenization.pack_single_segment(ids, 5, 2, 3, 0, pad_to_seq_length=pad)
+    assert packed["input_word_ids"].numpy().tolist() == [[2, 5, 6, 7, 3], [2, 3, 0, 0, 0],
+                                                         [2, 11, 3, 0, 0]]
+    assert packed["input_mask"].numpy().tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0],
+                                                     [1, 1, 1, 0, 0]]
+    assert packed["input_type_ids"].numpy().max() == 0
+    longest = tokenization.pack_single_segment(ids[1:], 8, 2, 3, 0)["input_word_ids"]
+    assert longest.numpy().tolist() == [[2, 3, 0], [2, 11, 3]]
+    empty = tokenization.pack_single_segment(ids[1:2], 8, 2, 3, 0)["input_word_ids"]
+    assert empty.numpy().tolist() == [[2, 3]]
+    words = tf.ragged.constant([[[1, 2], [3]], [[4]]], dtype=tf.int32)
+    assert tokenization.pack_single_segment(words, 8, 2, 3, 0)["input_word_ids"].numpy()\
+        .tolist() == [[2, 1, 2, 3, 3], [2, 4, 3, 0, 0]]
