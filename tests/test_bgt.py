@@ -10,6 +10,8 @@ import yaml
 from conftest import REPO_DIR, write_bundled_pairs
 
 from cmlm_tf import configs
+from cmlm_tf.losses import gaussian_kl
+from cmlm_tf.losses.sequence_nll import sequence_nll
 from cmlm_tf.modeling import bgt
 
 TINY_OVERRIDES = {
@@ -47,16 +49,16 @@ def sentences(first_ids, length: int = 6):
 
 
 def test_kl_weight_rises_linearly_then_stays_at_one():
-    values = [float(bgt.kl_weight(step, 400)) for step in (0, 100, 200, 400, 10_000)]
+    values = [float(gaussian_kl.kl_weight(step, 400)) for step in (0, 100, 200, 400, 10_000)]
     assert values == pytest.approx([0.0, 0.25, 0.5, 1.0, 1.0])
-    assert float(bgt.kl_weight(7, 0)) == 1.0
+    assert float(gaussian_kl.kl_weight(7, 0)) == 1.0
 
 
 def test_gaussian_kl_equals_closed_form():
     # N((2, 0), diag(1, 4)) against N(0, I): 1/2 * 2^2 + 1/2 * (4 - 1 - log 4).
     mean = tf.constant([[2.0, 0.0], [0.0, 0.0]])
     log_variance = tf.constant([[0.0, math.log(4.0)], [0.0, 0.0]])
-    kl = bgt.gaussian_kl(mean, log_variance).numpy()
+    kl = gaussian_kl.gaussian_kl(mean, log_variance).numpy()
     np.testing.assert_allclose(kl, [2.0 + 0.5 * (3.0 - math.log(4.0)), 0.0], rtol=1e-6)
     # And a Monte-Carlo estimate of E_q[log q - log p] agrees.
     rng = np.random.default_rng(0)
@@ -70,10 +72,10 @@ def test_gaussian_kl_equals_closed_form():
 def test_label_smoothing_and_active_units():
     logits = tf.math.log(tf.constant([[[0.5, 0.25, 0.25], [1 / 3, 1 / 3, 1 / 3]]]))
     targets, weights = tf.constant([[0, 2]]), tf.constant([[1.0, 0.0]])
-    np.testing.assert_allclose(bgt.sequence_nll(logits, targets, weights), [math.log(2.0)],
+    np.testing.assert_allclose(sequence_nll(logits, targets, weights), [math.log(2.0)],
                                rtol=1e-6)
     smoothed = 0.9 * math.log(2.0) + 0.1 * (math.log(2.0) + 2 * math.log(4.0)) / 3
-    np.testing.assert_allclose(bgt.sequence_nll(logits, targets, weights, 0.1), [smoothed],
+    np.testing.assert_allclose(sequence_nll(logits, targets, weights, 0.1), [smoothed],
                                rtol=1e-6)
     means = tf.constant([[0.0, 1.0, 5.0], [0.0, -1.0, 5.05], [0.0, 1.0, 5.0]])
     assert float(bgt.active_units(means, 0.01)) == 1.0

@@ -7,8 +7,8 @@ the batch, the scale of the ELBO):
            + label-smoothed (0.1) translation NLL (BILINGUALTRANS),
 
 with beta rising linearly from 0 to 1 over `task.bgt.kl_anneal_steps` training steps
-(`cmlm_tf.modeling.bgt` has the model and the equations). Evaluation reports the full ELBO
-terms with beta = 1.
+(`cmlm_tf.modeling.bgt` has the model; `cmlm_tf.losses.sequence_nll` and
+`cmlm_tf.losses.gaussian_kl` the terms). Evaluation reports the full ELBO terms with beta = 1.
 
 Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, a
 joint SentencePiece model of at most `task.sp_vocab_size` pieces is trained on both sides
@@ -31,6 +31,8 @@ from official.modeling import hyperparams, optimization
 
 from cmlm_tf import configs, tokenization
 from cmlm_tf.data import bitext
+from cmlm_tf.losses import gaussian_kl
+from cmlm_tf.losses.sequence_nll import sequence_nll
 from cmlm_tf.modeling import bgt
 from cmlm_tf.tasks import base
 
@@ -192,7 +194,8 @@ class BgtTask(base.SentenceTask):
         """beta at this training step; 1 outside training (evaluation reports the ELBO)."""
         if self._train_step_counter is None or not self.task_config.bgt.prior:
             return tf.constant(float(self.task_config.bgt.prior))
-        return bgt.kl_weight(self._train_step_counter, self.task_config.bgt.kl_anneal_steps)
+        return gaussian_kl.kl_weight(self._train_step_counter,
+                                     self.task_config.bgt.kl_anneal_steps)
 
     def compute_losses(self, inputs, outputs):
         options = self.task_config.bgt
@@ -200,7 +203,7 @@ class BgtTask(base.SentenceTask):
         zero = tf.zeros_like(outputs["semantic_from_source"], tf.float32)
 
         def summed_nll(names, label_smoothing):
-            terms = [bgt.sequence_nll(decoders[n]["logits"], decoders[n]["targets"],
+            terms = [sequence_nll(decoders[n]["logits"], decoders[n]["targets"],
                                       decoders[n]["weights"], label_smoothing)
                      for n in names if n in decoders]
             return tf.reduce_mean(tf.add_n(terms) if terms else zero)

@@ -11,6 +11,7 @@ from official.modeling import hyperparams, optimization
 
 from cmlm_tf import configs
 from cmlm_tf.data import sentence_pairs
+from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import conditional_mlm
 from cmlm_tf.tasks import base, dev_eval
 
@@ -75,14 +76,6 @@ def cmlm_experiment() -> cfg.ExperimentConfig:
             steps_per_loop=1000, validation_steps=100, validation_interval=10000),
         restrictions=["task.train_data.is_training != None"])
     return config
-
-
-def masked_lm_loss(labels, mlm_logits: tf.Tensor) -> tf.Tensor:
-    """Mean cross-entropy over the real predictions (`masked_lm_weights` 1.0)."""
-    per_token = tf_keras.losses.sparse_categorical_crossentropy(
-        labels["masked_lm_ids"], tf.cast(mlm_logits, tf.float32), from_logits=True)
-    weights = labels["masked_lm_weights"]
-    return tf.math.divide_no_nan(tf.reduce_sum(per_token * weights), tf.reduce_sum(weights))
 
 
 def build_conditional_mlm(task_config) -> conditional_mlm.ConditionalMLM:

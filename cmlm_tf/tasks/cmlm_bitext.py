@@ -21,6 +21,7 @@ from official.core import config_definitions as cfg
 from official.core import exp_factory, task_factory
 
 from cmlm_tf.data import bitext, sentence_pairs
+from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import dual_encoder
 from cmlm_tf.tasks import base, cmlm
 from cmlm_tf.tasks import bitext as bitext_task
@@ -97,7 +98,7 @@ class CMLMBitextTask(base.SentenceTask):
             lambda text_batch, pair_batch: {"cmlm": text_batch, "bitext": pair_batch})
 
     def compute_losses(self, inputs, outputs):
-        mlm_loss = cmlm.masked_lm_loss(inputs["cmlm"], outputs["mlm_logits"])
+        mlm_loss = masked_lm_loss(inputs["cmlm"], outputs["mlm_logits"])
         losses = {"mlm_loss": mlm_loss, "loss": mlm_loss}
         if "bitext" in outputs:
             ranking = bitext_task.ranking_losses(self.task_config.margin_softmax,

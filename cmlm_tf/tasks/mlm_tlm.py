@@ -19,9 +19,10 @@ from official.core import exp_factory, task_factory
 
 from cmlm_tf import configs
 from cmlm_tf.data import bitext, mlm_tlm
+from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import masked_lm
 from cmlm_tf.tasks import base
-from cmlm_tf.tasks.cmlm import lamb_optimizer, masked_lm_loss
+from cmlm_tf.tasks.cmlm import lamb_optimizer
 
 
 @dataclasses.dataclass

@@ -22,6 +22,7 @@ from cmlm_tf import configs
 from cmlm_tf.data import bitext
 from cmlm_tf.data import nli as nli_inputs
 from cmlm_tf.losses import info_nce
+from cmlm_tf.losses.pair_classification import nli_losses
 from cmlm_tf.modeling import momentum_contrast, sentence_encoder
 from cmlm_tf.tasks import base
 from cmlm_tf.tasks import nli as nli_task
@@ -176,7 +177,7 @@ class MomentumContrastTask(base.SentenceTask):
         contrastive = forward["loss"] + backward["loss"]
         losses = {}
         if "nli_logits" in outputs:
-            losses = nli_task.nli_losses(inputs["nli"]["label"], outputs["nli_logits"])
+            losses = nli_losses(inputs["nli"]["label"], outputs["nli_logits"])
             losses["nli_accuracy"] = losses["nli_correct"]
         loss = contrastive
         if losses:

@@ -8,7 +8,7 @@ term of the dual momentum contrast multitask (`cmlm_tf/moco`).
 """
 
 import dataclasses
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -18,6 +18,7 @@ from official.modeling import hyperparams
 
 from cmlm_tf import configs
 from cmlm_tf.data import nli
+from cmlm_tf.losses.pair_classification import nli_losses
 from cmlm_tf.modeling import pair_classifier
 from cmlm_tf.tasks import base
 from cmlm_tf.tasks.bitext import adamw_optimizer
@@ -47,16 +48,6 @@ def build_head(config: NLIHeadConfig, initializer_range: float = 0.02,
         num_classes=len(pair_classifier.NLI_LABELS), hidden_sizes=config.hidden_sizes,
         activation=config.activation, dropout_rate=config.dropout_rate,
         initializer_range=initializer_range, name="nli_head")
-
-
-def nli_losses(labels: tf.Tensor, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """`nli_loss` (mean cross-entropy, float32 scalar) and `nli_correct` (float [batch])."""
-    logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
-                      tf.float32)
-    return {"nli_loss": loss, "nli_correct": correct}
 
 
 @dataclasses.dataclass
