@@ -272,4 +272,4 @@ def test_recipes_load_and_config_errors_name_the_field():
                                  [str(REPO_DIR / "configs/nli_cross_lingual_base.yaml")])
     assert crossed.task.train_data.cross_lingual and not crossed.task.nli_head.hidden_sizes
     with pytest.raises(ValueError, match="task.nli_head.dropout_rate must be in"):
-        nli_task.build_head(nli_task.NLIHeadConfig(dropout_rate=1.5))
+        pair_classifier.build_head(pair_classifier.NLIHeadConfig(dropout_rate=1.5))

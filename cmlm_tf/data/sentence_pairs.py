@@ -25,6 +25,19 @@ class CorpusStats:
     single_sentence_documents: int = 0
 
 
+@dataclasses.dataclass
+class CMLMDataConfig(configs.TextDataConfig):
+    """s1 and s2 are each up to `seq_length` tokens. Per s2, min(`max_predictions_per_seq`,
+    round(`mask_ratio` · maskable tokens)) tokens are predicted (paper: 80 of 256; set
+    `mask_ratio: 1.0` for the fixed count)."""
+
+    seq_length: int = 256
+    max_predictions_per_seq: int = 80
+    mask_ratio: float = 0.3125
+    swap_probability: float = 0.5
+    shuffle_buffer_size: int = 10000
+
+
 def scan_corpus(files: Sequence[str], field: str = "input_path") -> CorpusStats:
     """Counts documents and pairs; unreadable files and corpora without pairs are errors."""
     stats = CorpusStats(files=list(files))
@@ -127,7 +140,7 @@ class ConditionalMLMFeaturizer:
         return {"sentence1": first, "sentence2": second, **masked}
 
 
-def cmlm_dataset(data_config, tokenizer_config: configs.TokenizerConfig,
+def cmlm_dataset(data_config: CMLMDataConfig, tokenizer_config: configs.TokenizerConfig,
                  input_context=None) -> tf.data.Dataset:
     """The CMLM input pipeline for `task.train_data` / `task.validation_data`."""
     files = list_files(data_config.input_path)

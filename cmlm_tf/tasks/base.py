@@ -1,6 +1,6 @@
 """What every cmlm_tf task shares: warm starts and a train step that computes losses once."""
 
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -35,6 +35,9 @@ def warm_start(model: tf_keras.Model, path: str) -> None:
 class _SentenceSteps(base_task.Task):
     """Train and validation steps around `compute_losses`; see `SentenceTask`."""
 
+    # Metric name -> the `compute_losses` entry it averages, where the two names differ.
+    metric_sources: Mapping[str, str] = {}
+
     def initialize(self, model: tf_keras.Model):
         warm_start(model, self.task_config.init_checkpoint)
 
@@ -42,10 +45,11 @@ class _SentenceSteps(base_task.Task):
         raise NotImplementedError
 
     def update_metrics(self, metrics, inputs, outputs, losses: Dict[str, tf.Tensor]):
-        by_name = {m.name: m for m in metrics}
-        for name, value in losses.items():
-            if name in by_name:
-                by_name[name].update_state(value)
+        """Updates each metric with the `losses` entry of its name (or `metric_sources`')."""
+        for metric in metrics:
+            source = self.metric_sources.get(metric.name, metric.name)
+            if source in losses:
+                metric.update_state(losses[source])
 
     def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
         loss = self.compute_losses(labels, model_outputs)["loss"]
@@ -92,7 +96,9 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
 
     Subclasses implement `compute_losses(inputs, outputs) -> dict` with a scalar `loss`
     (this replica's mean; the step divides by the number of replicas) plus any per-example
-    or scalar terms their `update_metrics` reads. Cross-replica losses may all-gather
-    inside `compute_losses`: both steps call it in the replica context. Evaluations also
-    report the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_eval`).
+    or scalar terms their metrics read: `build_metrics` names the metrics, and each is
+    updated with the entry of its name (or of `metric_sources[name]`); a subclass that needs
+    more overrides `update_metrics`. Cross-replica losses may all-gather inside
+    `compute_losses`: both steps call it in the replica context. Evaluations also report
+    the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_eval`).
     """

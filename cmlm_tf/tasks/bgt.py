@@ -27,7 +27,7 @@ import yaml
 from absl import logging
 from official.core import config_definitions as cfg
 from official.core import exp_factory, task_factory
-from official.modeling import hyperparams, optimization
+from official.modeling import hyperparams
 
 from cmlm_tf import configs, tokenization
 from cmlm_tf.data import bitext
@@ -75,18 +75,6 @@ class BgtTaskConfig(configs.SentenceTaskConfig):
         default_factory=lambda: bitext.BitextDataConfig(is_training=False))
 
 
-def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.OptimizationConfig:
-    """Adam (beta 0.9/0.98, epsilon 1e-8), linear warm-up to `learning_rate`, then
-    learning_rate * sqrt(warmup_steps / step) (the Transformer's inverse square root)."""
-    return optimization.OptimizationConfig({
-        "optimizer": {"type": "adam", "adam": {
-            "beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-8}},
-        "learning_rate": {"type": "power", "power": {
-            "initial_learning_rate": learning_rate * warmup_steps ** 0.5, "power": -0.5}},
-        "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
-    })
-
-
 @exp_factory.register_config_factory("cmlm_tf/bgt")
 def bgt_experiment() -> cfg.ExperimentConfig:
     """A small BGT trained from scratch; paper-size settings are in `configs/bgt.yaml`."""
@@ -103,7 +91,7 @@ def bgt_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=20000, optimizer_config=adam_inverse_sqrt(5e-4, 4000),
+            train_steps=20000, optimizer_config=configs.adam_inverse_sqrt(5e-4, 4000),
             checkpoint_interval=1000, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=20, validation_interval=1000),
         restrictions=["task.train_data.is_training != None"])

@@ -22,7 +22,6 @@ from cmlm_tf.data import bitext, mlm_tlm
 from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import masked_lm
 from cmlm_tf.tasks import base
-from cmlm_tf.tasks.cmlm import lamb_optimizer
 
 
 @dataclasses.dataclass
@@ -58,7 +57,7 @@ def mlm_tlm_experiment() -> cfg.ExperimentConfig:
         task=MLMTLMTaskConfig(),
         trainer=cfg.TrainerConfig(
             train_steps=400000,
-            optimizer_config=lamb_optimizer(decay_steps=400000),
+            optimizer_config=configs.lamb_optimizer(decay_steps=400000),
             checkpoint_interval=10000, max_to_keep=5, summary_interval=1000,
             steps_per_loop=1000, validation_steps=100, validation_interval=10000),
         restrictions=["task.train_data.is_training != None"])
