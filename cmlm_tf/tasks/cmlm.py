@@ -5,14 +5,14 @@ from typing import Optional
 
 import tensorflow as tf
 import tf_keras
-from official.core import base_task, exp_factory, task_factory
 from official.core import config_definitions as cfg
+from official.core import exp_factory, task_factory
 
 from cmlm_tf import configs
 from cmlm_tf.data import sentence_pairs
 from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import conditional_mlm
-from cmlm_tf.tasks import base, dev_eval
+from cmlm_tf.tasks import base
 
 
 @dataclasses.dataclass
@@ -39,34 +39,28 @@ def cmlm_experiment() -> cfg.ExperimentConfig:
 
 
 @task_factory.register_task_cls(CMLMTaskConfig)
-class CMLMTask(dev_eval.DevEvalMixin, base_task.Task):
+class CMLMTask(base.SentenceTask):
     """Conditional masked LM on consecutive sentence pairs (plus optional dev STS/retrieval)."""
 
     def build_model(self) -> conditional_mlm.ConditionalMLM:
         return conditional_mlm.build_conditional_mlm(self.task_config.model,
                                                      self.task_config.train_data.seq_length)
 
-    def initialize(self, model: conditional_mlm.ConditionalMLM):
-        """Warm start: the encoder strictly; projection and MLM head too when present."""
-        base.warm_start(model, self.task_config.init_checkpoint)
-
     def build_inputs(self, params: sentence_pairs.CMLMDataConfig,
                      input_context=None) -> tf.data.Dataset:
         return sentence_pairs.cmlm_dataset(params, self.task_config.model.tokenizer,
                                            input_context=input_context)
 
-    def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
-        loss = masked_lm_loss(labels, model_outputs["mlm_logits"])
-        if aux_losses:
-            loss += tf.add_n(aux_losses)
-        return loss
+    def compute_losses(self, inputs, outputs):
+        loss = masked_lm_loss(inputs, outputs["mlm_logits"])
+        return {"loss": loss, "mlm_loss": loss}
 
     def build_metrics(self, training: Optional[bool] = None):
         return [tf_keras.metrics.SparseCategoricalAccuracy(name="masked_lm_accuracy"),
                 tf_keras.metrics.Mean(name="mlm_loss")]
 
-    def process_metrics(self, metrics, labels, model_outputs, **kwargs):
+    def update_metrics(self, metrics, inputs, outputs, losses):
+        super().update_metrics(metrics, inputs, outputs, losses)
         by_name = {m.name: m for m in metrics}
         by_name["masked_lm_accuracy"].update_state(
-            labels["masked_lm_ids"], model_outputs["mlm_logits"], labels["masked_lm_weights"])
-        by_name["mlm_loss"].update_state(self.build_losses(labels, model_outputs))
+            inputs["masked_lm_ids"], outputs["mlm_logits"], inputs["masked_lm_weights"])
