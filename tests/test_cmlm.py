@@ -97,6 +97,31 @@ def test_empty_corpus_and_missing_files_are_clear_errors(tmp_path):
         sentence_pairs.list_files(str(tmp_path / "nothing_here*.txt"))
 
 
+def test_every_reader_rejects_a_non_positive_batch_size(tmp_path, tiny_vocab):
+    from cmlm_tf.data import bitext, mlm_tlm, nli
+
+    corpus = _write_corpus(tmp_path / "c.txt", [["one two", "three four"]])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a dog\tthe cat\n", encoding="utf-8")
+    examples = tmp_path / "nli.tsv"
+    examples.write_text("a dog\tthe cat\tneutral\n", encoding="utf-8")
+    tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    readers = [
+        lambda: sentence_pairs.cmlm_dataset(sentence_pairs.CMLMDataConfig(
+            input_path=str(corpus), global_batch_size=0), tokenizer),
+        lambda: mlm_tlm.mlm_tlm_dataset(mlm_tlm.MLMTLMDataConfig(
+            input_path=str(corpus), global_batch_size=0, tlm_fraction=0.0), None, tokenizer),
+        lambda: bitext.bitext_dataset(bitext.BitextDataConfig(
+            input_path=str(pairs), global_batch_size=0), tokenizer),
+        lambda: nli.nli_dataset(nli.NLIDataConfig(
+            input_path=str(examples), global_batch_size=0), tokenizer),
+    ]
+    for build in readers:
+        with pytest.raises(ValueError, match="task.train_data.global_batch_size must be "
+                                             "positive, got 0"):
+            build()
+
+
 def test_projection_has_n_outputs_one_equal_to_v():
     layer = conditional_mlm.ConditionalProjection(hidden_size=8, num_projections=5)
     v = tf.random.normal([3, 8])

@@ -48,8 +48,9 @@ class CMLMTask(base.SentenceTask):
 
     def build_inputs(self, params: sentence_pairs.CMLMDataConfig,
                      input_context=None) -> tf.data.Dataset:
+        field = "task.train_data" if params.is_training else "task.validation_data"
         return sentence_pairs.cmlm_dataset(params, self.task_config.model.tokenizer,
-                                           input_context=input_context)
+                                           input_context=input_context, field=field)
 
     def compute_losses(self, inputs, outputs):
         loss = masked_lm_loss(inputs, outputs["mlm_logits"])

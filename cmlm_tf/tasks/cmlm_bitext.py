@@ -73,7 +73,9 @@ class CMLMBitextTask(base.SentenceTask):
 
     def build_inputs(self, params, input_context=None) -> tf.data.Dataset:
         tokenizer = self.task_config.model.tokenizer
-        text = sentence_pairs.cmlm_dataset(params, tokenizer, input_context=input_context)
+        field = "task.train_data" if params.is_training else "task.validation_data"
+        text = sentence_pairs.cmlm_dataset(params, tokenizer, input_context=input_context,
+                                           field=field)
         if not params.is_training:
             return text.map(lambda batch: {"cmlm": batch})
         pairs = bitext.bitext_dataset(self.task_config.bitext_data, tokenizer,
