@@ -91,13 +91,13 @@ def write_bundled_pairs(path: pathlib.Path, count: int) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_sp_model(tmp_path_factory):
     """A joint SentencePiece model of at most 200 pieces trained on 300 bundled pairs."""
-    from cmlm_tf import tokenization
+    from cmlm_tf import build_vocab
 
     folder = tmp_path_factory.mktemp("sp")
     pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
     sentences = (side for line in pairs.read_text(encoding="utf-8").splitlines()
                  for side in line.split("\t"))
-    tokenization.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
+    build_vocab.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
     return folder / "sp.model"
 
 

@@ -208,6 +208,19 @@ def test_tiny_bgt_exports_its_posterior_mean(tiny_bgt_run, tmp_path):
     np.testing.assert_allclose(vectors, outputs["default"], atol=1e-5)
 
 
+def test_building_the_task_learns_and_writes_nothing(tmp_path):
+    from cmlm_tf.tasks import bgt as bgt_task
+
+    config = bgt_task.BgtTaskConfig()
+    config.model.tokenizer.type = "sentencepiece"
+    config.train_data.input_path = str(write_bundled_pairs(tmp_path / "pairs.tsv", 50))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    task = bgt_task.BgtTask(config, logging_dir=str(run_dir))
+    assert list(run_dir.iterdir()) == []  # the driver's vocabulary step learns sp.model
+    assert task.task_config.model.tokenizer.sp_model_file == ""
+
+
 def test_sentencepiece_errors_name_the_field(tmp_path):
     from cmlm_tf import tokenization
 

@@ -20,7 +20,7 @@ turns a batch of them into TF Hub input dicts for dual encoders.
 
 import dataclasses
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -230,6 +230,17 @@ def bitext_files(data_config, field: str = "task.train_data") -> BitextStats:
     logging.info("Bitext %s: %d %s files, %d pairs, %d malformed records skipped", field,
                  len(files), file_type, stats.pairs, stats.malformed)
     return stats
+
+
+def bitext_sentences(data_config, field: str = "task.train_data") -> Iterator[str]:
+    """Yields both sentences of every valid pair of `data_config`'s files, once, in order
+    (e.g. to learn a joint vocabulary)."""
+    stats = bitext_files(data_config, field)
+    pairs = read_bitext(stats.files, stats.file_type, is_training=False)
+    for pair in pairs.batch(1024).as_numpy_iterator():
+        for side in ("source", "target"):
+            for sentence in pair[side]:
+                yield sentence.decode("utf-8")
 
 
 def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.TokenizerConfig,

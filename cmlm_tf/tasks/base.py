@@ -1,12 +1,15 @@
-"""What every cmlm_tf task shares: warm starts and a train step that computes losses once."""
+"""What every cmlm_tf task shares: warm starts, the run's SentencePiece model and a train
+step that computes losses once."""
 
-from typing import Dict, Mapping, Optional
+import os
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
 from absl import logging
 from official.core import base_task
 
+from cmlm_tf import tokenization
 from cmlm_tf.modeling import sentence_encoder
 from cmlm_tf.tasks import dev_eval
 
@@ -30,6 +33,31 @@ def warm_start(model: tf_keras.Model, path: str) -> None:
     extra = {k: v for k, v in items.items() if k != "encoder" and checkpoint_has(prefix, k)}
     sentence_encoder.restore_encoder(items["encoder"], prefix, extra_items=extra)
     logging.info("Warm-started from %s (encoder%s)", prefix, "".join(", " + k for k in extra))
+
+
+def with_run_sentencepiece(task_config, model_dir: Optional[str]):
+    """`task_config` using the SentencePiece model its run learned, when it names none.
+
+    With `task.model.tokenizer.type: sentencepiece`, an empty `sp_model_file` and a
+    `MODEL_DIR/sp.model` (written by the driver's `cmlm_tf.train.prepare_vocabulary`), returns
+    a copy that names that file and sets `task.model.encoder.vocab_size` to its piece count;
+    otherwise `task_config` itself. Reads only: nothing is trained or written.
+    """
+    tokenizer = task_config.model.tokenizer
+    if tokenizer.type != "sentencepiece" or tokenizer.sp_model_file or not model_dir:
+        return task_config
+    sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
+    if not tf.io.gfile.exists(sp_model_file):
+        return task_config
+    vocab_size = tokenization.special_token_ids(tokenization.build_tokenizer(
+        tokenizer.replace(sp_model_file=sp_model_file)))["vocab_size"]
+    if vocab_size != task_config.model.encoder.vocab_size:
+        logging.info("task.model.encoder.vocab_size: %d -> %d (the SentencePiece model's)",
+                     task_config.model.encoder.vocab_size, vocab_size)
+    task_config = task_config.replace(model={"tokenizer": {"sp_model_file": sp_model_file},
+                                             "encoder": {"vocab_size": vocab_size}})
+    task_config.lock()
+    return task_config
 
 
 class _SentenceSteps(base_task.Task):
@@ -101,4 +129,18 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
     more overrides `update_metrics`. Cross-replica losses may all-gather inside
     `compute_losses`: both steps call it in the replica context. Evaluations also report
     the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_eval`).
+
+    A SentencePiece tokenizer without `sp_model_file` uses the run's `MODEL_DIR/sp.model`
+    (`with_run_sentencepiece`); a task that can learn one says from what text in
+    `sentencepiece_corpus`, and the driver learns it before the run starts.
     """
+
+    def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None):
+        super().__init__(with_run_sentencepiece(params, logging_dir), logging_dir=logging_dir,
+                         name=name)
+
+    @classmethod
+    def sentencepiece_corpus(cls, task_config) -> Optional[Tuple[Iterable[str], int]]:
+        """What to learn the run's SentencePiece model from when `task_config` names none:
+        (the training sentences, the most pieces), or None when this task learns none."""
+        return None

@@ -10,26 +10,23 @@ with beta rising linearly from 0 to 1 over `task.bgt.kl_anneal_steps` training s
 (`cmlm_tf.modeling.bgt` has the model; `cmlm_tf.losses.sequence_nll` and
 `cmlm_tf.losses.gaussian_kl` the terms). Evaluation reports the full ELBO terms with beta = 1.
 
-Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, a
-joint SentencePiece model of at most `task.sp_vocab_size` pieces is trained on both sides
-of `task.train_data` at start-up, written to `MODEL_DIR/sp.model` (reused when the run
-resumes) and recorded, with `task.model.encoder.vocab_size`, in `MODEL_DIR/params.yaml`;
-export then finds it there.
+Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, the
+driver (`cmlm_tf.train.prepare_vocabulary`) learns a joint SentencePiece model of at most
+`task.sp_vocab_size` pieces on both sides of `task.train_data` before the run starts, writes
+it to `MODEL_DIR/sp.model` (reused when the run resumes) and records it, with
+`task.model.encoder.vocab_size`, in `MODEL_DIR/params.yaml`; export then finds it there.
 """
 
 import dataclasses
-import os
 from typing import Optional
 
 import tensorflow as tf
 import tf_keras
-import yaml
-from absl import logging
 from official.core import config_definitions as cfg
 from official.core import exp_factory, task_factory
 from official.modeling import hyperparams
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs
 from cmlm_tf.data import bitext
 from cmlm_tf.losses import gaussian_kl
 from cmlm_tf.losses.sequence_nll import sequence_nll
@@ -64,8 +61,8 @@ class BgtConfig(hyperparams.Config):
 
 @dataclasses.dataclass
 class BgtTaskConfig(configs.SentenceTaskConfig):
-    """`sp_vocab_size`: the size of a SentencePiece model trained at start-up; a corpus too
-    small for it yields fewer pieces."""
+    """`sp_vocab_size`: the most pieces of a SentencePiece model learned before the run
+    starts; a corpus too small for it yields fewer pieces."""
 
     bgt: BgtConfig = dataclasses.field(default_factory=BgtConfig)
     sp_vocab_size: int = 20000
@@ -97,72 +94,22 @@ def bgt_experiment() -> cfg.ExperimentConfig:
         restrictions=["task.train_data.is_training != None"])
 
 
-def training_sentences(data_config: bitext.BitextDataConfig, field: str = "task.train_data"):
-    """Yields both sentences of every valid pair of `data_config`'s files, once."""
-    stats = bitext.bitext_files(data_config, field)
-    pairs = bitext.read_bitext(stats.files, stats.file_type, is_training=False)
-    for pair in pairs.batch(1024).as_numpy_iterator():
-        for side in ("source", "target"):
-            for sentence in pair[side]:
-                yield sentence.decode("utf-8")
-
-
-def prepare_vocabulary(task_config: BgtTaskConfig,
-                       model_dir: Optional[str]) -> BgtTaskConfig:
-    """Returns the task config with its SentencePiece model and vocabulary size filled in.
-
-    Trains `model_dir/sp.model` when `task.model.tokenizer.sp_model_file` is empty (reusing
-    one a previous start of the run wrote), sets `task.model.encoder.vocab_size` to the
-    model's piece count, and records both in `model_dir/params.yaml`.
-    """
-    tokenizer = task_config.model.tokenizer
-    if tokenizer.type != "sentencepiece":
-        return task_config
-    sp_model_file = tokenizer.sp_model_file
-    if not sp_model_file:
-        if not model_dir:
-            raise ValueError("task.model.tokenizer.sp_model_file is empty and there is no "
-                             "model_dir to train a SentencePiece model into")
-        sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
-        if not tf.io.gfile.exists(sp_model_file):
-            if task_config.sp_vocab_size < 8:
-                raise ValueError(
-                    f"task.sp_vocab_size must be at least 8, got {task_config.sp_vocab_size}")
-            pieces = tokenization.train_sentencepiece(
-                training_sentences(task_config.train_data), sp_model_file,
-                task_config.sp_vocab_size, lower_case=tokenizer.lower_case)
-            logging.info("Trained a SentencePiece model of %d pieces (asked for at most %d) "
-                         "on task.train_data: %s", pieces, task_config.sp_vocab_size,
-                         sp_model_file)
-    vocab_size = tokenization.special_token_ids(tokenization.build_tokenizer(
-        tokenizer.replace(sp_model_file=sp_model_file)))["vocab_size"]
-    if vocab_size != task_config.model.encoder.vocab_size:
-        logging.info("task.model.encoder.vocab_size: %d -> %d (the SentencePiece model's)",
-                     task_config.model.encoder.vocab_size, vocab_size)
-    task_config = task_config.replace(model={"tokenizer": {"sp_model_file": sp_model_file},
-                                             "encoder": {"vocab_size": vocab_size}})
-    task_config.lock()
-    params_file = os.path.join(model_dir or "", "params.yaml")
-    if model_dir and tf.io.gfile.exists(params_file):
-        with tf.io.gfile.GFile(params_file) as f:
-            params = yaml.safe_load(f)
-        model = params["task"]["model"]
-        model["tokenizer"]["sp_model_file"] = sp_model_file
-        model["encoder"]["vocab_size"] = vocab_size
-        with tf.io.gfile.GFile(params_file, "w") as f:
-            yaml.safe_dump(params, f, default_flow_style=False)
-    return task_config
-
-
 @task_factory.register_task_cls(BgtTaskConfig)
 class BgtTask(base.SentenceTask):
     """Trains BGT on translation pairs; the exported encoder is the semantic encoder."""
 
     def __init__(self, params: BgtTaskConfig, logging_dir: Optional[str] = None,
                  name: Optional[str] = None):
-        super().__init__(prepare_vocabulary(params, logging_dir), logging_dir=logging_dir,
-                         name=name)
+        super().__init__(params, logging_dir=logging_dir, name=name)
         self._train_step_counter = None
+
+    @classmethod
+    def sentencepiece_corpus(cls, task_config: BgtTaskConfig):
+        """Both sides of `task.train_data`'s pairs, at most `task.sp_vocab_size` pieces."""
+        if task_config.sp_vocab_size < 8:
+            raise ValueError(
+                f"task.sp_vocab_size must be at least 8, got {task_config.sp_vocab_size}")
+        return bitext.bitext_sentences(task_config.train_data), task_config.sp_vocab_size
 
     def build_model(self) -> bgt.BilingualGenerativeTransformer:
         configs.validate_model_config(self.task_config.model)
