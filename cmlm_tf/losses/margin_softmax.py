@@ -29,6 +29,7 @@ import tf_keras
 from official.modeling import hyperparams
 
 from cmlm_tf.losses import cross_replica
+from cmlm_tf.vectors import l2_normalize
 
 
 @dataclasses.dataclass
@@ -51,10 +52,6 @@ METRICS = {"source_to_target_accuracy": "source_to_target_correct",
            "target_to_source_accuracy": "target_to_source_correct",
            "positive_cosine": "positive_cosine",
            "ranking_loss": "ranking_loss"}
-
-
-def _normalize(x: tf.Tensor) -> tf.Tensor:
-    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
 
 
 def _masked_logits(similarity, positive, duplicates, margin, scale):
@@ -96,8 +93,8 @@ def additive_margin_softmax_loss(
         `target_to_source_correct` (float [batch]: whether the positive has the top logit),
         `positive_cosine` [batch].
     """
-    source = _normalize(source)
-    target = _normalize(target)
+    source = l2_normalize(source, tf.float32)
+    target = l2_normalize(target, tf.float32)
     local_batch = tf.shape(source)[0]
     offset = cross_replica.replica_offset(local_batch)
     labels = offset + tf.range(local_batch)
@@ -119,7 +116,7 @@ def additive_margin_softmax_loss(
     row_positive = positive
     row_duplicates = duplicates
     if hard_negatives is not None:
-        all_negatives = cross_replica.all_gather(_normalize(hard_negatives))
+        all_negatives = cross_replica.all_gather(l2_normalize(hard_negatives, tf.float32))
         num_negatives = tf.shape(all_negatives)[0]
         columns = tf.concat([all_target, all_negatives], axis=0)
         row_positive = tf.concat([positive, tf.zeros([local_batch, num_negatives])], axis=1)
