@@ -161,3 +161,15 @@ class BatchMasker:
             special_ids=[self.special[k] for k in MASKING_SPECIAL_KEYS],
             max_predictions=self.max_predictions_per_seq, mask_ratio=self.mask_ratio,
             seed=batch_seed(self.seed, batch_index))
+
+
+class MaskingFeaturizer:
+    """What a masked-LM featurizer holds: the tokenizer and its special ids (`tokenizer`,
+    `special`), the packed length `seq_length` and a `BatchMasker` (`masker`)."""
+
+    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
+                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
+        self.masker = BatchMasker(tokenizer_config, max_predictions_per_seq, mask_ratio,
+                                  seed=seed)
+        self.tokenizer, self.special = self.masker.tokenizer, self.masker.special
+        self.seq_length = seq_length

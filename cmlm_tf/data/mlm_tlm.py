@@ -84,20 +84,14 @@ def mixed_examples(lines: Optional[tf.data.Dataset], pairs: Optional[tf.data.Dat
     return tf.data.Dataset.sample_from_datasets(streams, weights=weights, seed=seed)
 
 
-class MLMTLMFeaturizer:
+class MLMTLMFeaturizer(masking.MaskingFeaturizer):
     """Tokenises, packs and masks a batch of `mixed_examples`, in one place.
 
     Output dict: `input_word_ids` (masked), `input_mask`, `input_type_ids` (int32
     [batch, seq_length]), `masked_lm_positions`, `masked_lm_ids` (int32), `masked_lm_weights`
     (float32) [batch, max_predictions_per_seq], and `is_tlm` float32 [batch] (1.0 for TLM).
+    Constructor arguments as `masking.MaskingFeaturizer`.
     """
-
-    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
-                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
-        self.masker = masking.BatchMasker(tokenizer_config, max_predictions_per_seq,
-                                          mask_ratio, seed=seed)
-        self.tokenizer, self.special = self.masker.tokenizer, self.masker.special
-        self.seq_length = seq_length
 
     def __call__(self, examples: Dict[str, tf.Tensor], batch_index=None) -> Dict:
         first = self.tokenizer(tokenization.valid_utf8(examples["first"]))

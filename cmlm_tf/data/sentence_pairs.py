@@ -102,20 +102,14 @@ def _maybe_swap(index, pair, probability, seed):
     return tf.where(swap, s2, s1), tf.where(swap, s1, s2)
 
 
-class ConditionalMLMFeaturizer:
+class ConditionalMLMFeaturizer(masking.MaskingFeaturizer):
     """Tokenises batches of (s1, s2) and masks s2, in one place for training and tests.
 
     Output dict: `sentence1` (TF Hub input dict of s1), `sentence2` (the same for masked s2),
     `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`. All shapes are static:
-    [batch, seq_length] and [batch, max_predictions_per_seq].
+    [batch, seq_length] and [batch, max_predictions_per_seq]. Constructor arguments as
+    `masking.MaskingFeaturizer`.
     """
-
-    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
-                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
-        self.masker = masking.BatchMasker(tokenizer_config, max_predictions_per_seq,
-                                          mask_ratio, seed=seed)
-        self.tokenizer, self.special = self.masker.tokenizer, self.masker.special
-        self.seq_length = seq_length
 
     def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
         return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,

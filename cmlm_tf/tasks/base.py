@@ -35,6 +35,12 @@ def warm_start(model: tf_keras.Model, path: str) -> None:
     logging.info("Warm-started from %s (encoder%s)", prefix, "".join(", " + k for k in extra))
 
 
+def data_field(data_config) -> str:
+    """Where a task's `build_inputs` config sits, for error messages: `task.train_data` or
+    `task.validation_data`."""
+    return "task.train_data" if data_config.is_training else "task.validation_data"
+
+
 def with_run_sentencepiece(task_config, model_dir: Optional[str]):
     """`task_config` using the SentencePiece model its run learned, when it names none.
 

@@ -57,7 +57,7 @@ class BitextTask(base.SentenceTask):
 
     def build_inputs(self, params: bitext.BitextDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
                                      input_context=input_context, field=field)
 

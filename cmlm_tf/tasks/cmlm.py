@@ -48,7 +48,7 @@ class CMLMTask(base.SentenceTask):
 
     def build_inputs(self, params: sentence_pairs.CMLMDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return sentence_pairs.cmlm_dataset(params, self.task_config.model.tokenizer,
                                            input_context=input_context, field=field)
 

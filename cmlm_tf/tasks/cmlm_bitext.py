@@ -73,7 +73,7 @@ class CMLMBitextTask(base.SentenceTask):
 
     def build_inputs(self, params, input_context=None) -> tf.data.Dataset:
         tokenizer = self.task_config.model.tokenizer
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         text = sentence_pairs.cmlm_dataset(params, tokenizer, input_context=input_context,
                                            field=field)
         if not params.is_training:

@@ -93,7 +93,7 @@ class MLMTLMTask(base.SentenceTask):
 
     def build_inputs(self, params: mlm_tlm.MLMTLMDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return mlm_tlm.mlm_tlm_dataset(params, self.task_config.bitext_data,
                                        self.task_config.model.tokenizer,
                                        input_context=input_context, field=field)

@@ -154,7 +154,7 @@ class MomentumContrastTask(base.SentenceTask):
 
     def build_inputs(self, params: bitext.BitextDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         tokenizer = self.task_config.model.tokenizer
         pairs = bitext.bitext_dataset(params, tokenizer, input_context=input_context,
                                       field=field)

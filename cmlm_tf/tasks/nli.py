@@ -63,7 +63,7 @@ class NLITask(base.SentenceTask):
                                                 encoder.initializer_range))
 
     def build_inputs(self, params: nli.NLIDataConfig, input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return nli.nli_dataset(params, self.task_config.model.tokenizer,
                                input_context=input_context, field=field)
 
