@@ -48,8 +48,9 @@ def prepare_vocabulary(params, model_dir: str):
     task says what text to learn from (`SentenceTask.sentencepiece_corpus`; BGT: both sides
     of its pairs), trains `MODEL_DIR/sp.model` with `cmlm_tf.build_vocab.train_sentencepiece`
     unless an earlier start of the run wrote it, and returns params that name it, with
-    `task.model.encoder.vocab_size` its piece count, so `params.yaml` records both. Otherwise
-    returns `params` unchanged.
+    `task.model.encoder.vocab_size` its piece count, so `params.yaml` records both (an
+    existing `MODEL_DIR/sp.model` is named for any task). Otherwise returns `params`
+    unchanged.
     """
     import tensorflow as tf
     from absl import logging
@@ -61,11 +62,11 @@ def prepare_vocabulary(params, model_dir: str):
     tokenizer = params.task.model.tokenizer
     if tokenizer.type != "sentencepiece" or tokenizer.sp_model_file:
         return params
-    corpus = task_factory.get_task_cls(type(params.task)).sentencepiece_corpus(params.task)
-    if corpus is None:
-        return params
     sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
     if not tf.io.gfile.exists(sp_model_file):
+        corpus = task_factory.get_task_cls(type(params.task)).sentencepiece_corpus(params.task)
+        if corpus is None:
+            return params
         sentences, max_pieces = corpus
         pieces = build_vocab.train_sentencepiece(sentences, sp_model_file, max_pieces,
                                                  lower_case=tokenizer.lower_case)

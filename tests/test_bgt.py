@@ -221,6 +221,24 @@ def test_building_the_task_learns_and_writes_nothing(tmp_path):
     assert task.task_config.model.tokenizer.sp_model_file == ""
 
 
+def test_a_resumed_run_reuses_its_sentencepiece_model(tmp_path, tiny_sp_model):
+    import shutil
+
+    from cmlm_tf import train
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(tiny_sp_model, run_dir / "sp.model")
+    params = train.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")],
+                                f"task.train_data.input_path={tmp_path / 'missing.tsv'}")
+    prepared = train.prepare_vocabulary(params, str(run_dir))  # no data read: nothing learned
+    tokenizer = prepared.task.model.tokenizer
+    assert tokenizer.sp_model_file == str(run_dir / "sp.model")
+    assert 8 <= prepared.task.model.encoder.vocab_size <= 200
+    assert params.task.model.tokenizer.sp_model_file == ""  # the caller's params unchanged
+    assert train.prepare_vocabulary(prepared, str(run_dir)) is prepared
+
+
 def test_sentencepiece_errors_name_the_field(tmp_path):
     from cmlm_tf import tokenization
 
