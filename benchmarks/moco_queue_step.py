@@ -47,7 +47,6 @@ def main():
     from official.modeling import optimization
 
     from cmlm_tf import configs
-    from cmlm_tf.tasks import bitext as bitext_task
     from cmlm_tf.tasks import moco
 
     config = moco.MomentumContrastTaskConfig()
@@ -63,7 +62,7 @@ def main():
     rss_start = _rss_gib()
     model = task.build_model()
     rss_built, peak_built = _rss_gib(), _peak_rss_gib()
-    factory = optimization.OptimizerFactory(bitext_task.adamw_optimizer(4e-5, 400, 1000))
+    factory = optimization.OptimizerFactory(configs.adamw_optimizer(4e-5, 400, 1000))
     optimizer = factory.build_optimizer(factory.build_learning_rate())
 
     rng = np.random.default_rng(0)

@@ -84,7 +84,7 @@ def build_step(task_name, shape):
                  + encoder_flops(hidden, layers, inner, batch, seq + projections)
                  + 2 * batch * hidden * hidden * projections
                  + 2 * batch * predictions * (hidden * hidden + hidden * vocab))
-        opt_config = cmlm.lamb_optimizer(decay_steps=1000, warmup_steps=10)
+        opt_config = configs.lamb_optimizer(decay_steps=1000, warmup_steps=10)
     else:
         task_config = bitext.BitextTaskConfig()
         task_config.model.encoder = encoder
@@ -92,7 +92,7 @@ def build_step(task_name, shape):
         task = bitext.BitextTask(task_config)
         inputs = {"source": segment(), "target": segment()}
         flops = 2 * encoder_flops(hidden, layers, inner, batch, seq)
-        opt_config = bitext.adamw_optimizer(3e-5, 10, 1000)
+        opt_config = configs.adamw_optimizer(3e-5, 10, 1000)
     model = task.build_model()
     factory = optimization.OptimizerFactory(opt_config)
     optimizer = factory.build_optimizer(factory.build_learning_rate())

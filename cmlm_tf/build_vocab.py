@@ -1,7 +1,9 @@
-r"""Learns a multilingual WordPiece vocabulary (BERT format) from plain-text corpora.
+r"""Learns a vocabulary from plain-text corpora: WordPiece (BERT format) or SentencePiece.
 
     python -m cmlm_tf.build_vocab --input 'data/en/*.txt' --input 'data/es/*.txt' \
         --vocab_size 32000 [--lower_case] [--smoothing_exponent 0.3] --output vocab.txt
+    python -m cmlm_tf.build_vocab --type sentencepiece --input 'data/*.txt' \
+        --vocab_size 20000 [--lower_case] --output sp.model
 
 Each `--input` is one language group: a file path or a glob matching several UTF-8 text
 files with one sentence (or segment) per line; blank lines are ignored. The steps are:
@@ -26,21 +28,35 @@ then the learned pieces, most frequent first: one token per line, UTF-8. The lea
 binary-searches a frequency threshold and only approximately hits its target; the file never
 has more than `--vocab_size` lines (see `fit_to_size`), and may have fewer when the corpus
 is small: the learner never keeps a piece seen fewer than 10 times (after weighting).
+
+`--type sentencepiece` learns a joint unigram SentencePiece model over the lines of every
+`--input` instead (`train_sentencepiece`; no language smoothing), with the pieces the TF Hub
+contract needs: `<pad>` 0, `<unk>` 1, `[CLS]` 2, `[SEP]` 3, `[MASK]` 4. `--vocab_size` is an
+upper bound: a corpus too small for it yields fewer pieces. Use it with
+`task.model.tokenizer.type: sentencepiece`, `sp_model_file` the written model, the same
+`lower_case`, and `task.model.encoder.vocab_size` the printed piece count. A training run whose
+tokenizer is sentencepiece with an empty `sp_model_file` learns its own model this way before
+it starts (`cmlm_tf.train.prepare_vocabulary`, on the text the task names, e.g. BGT's pairs).
 """
 
 import argparse
 import collections
 import functools
 import glob
+import itertools
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+VOCAB_TYPES = ("wordpiece", "sentencepiece")
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_SMOOTHING_EXPONENT = 0.3
 JOINER = "##"
+# The smallest SentencePiece model: its 5 reserved pieces and a few learned ones.
+MIN_SENTENCEPIECE_SIZE = 8
 
 # Lines handed to the tokenizer at once: large enough to amortise the TensorFlow call.
 _BATCH_LINES = 4096
@@ -326,6 +342,106 @@ def build_vocab(input_groups: Sequence[Sequence[str] | str], vocab_size: int,
     return vocab
 
 
+def train_sentencepiece(sentences: Iterable[str], model_file: str, vocab_size: int,
+                        lower_case: bool = True, max_sentences: int = 1_000_000) -> int:
+    """Trains a joint unigram SentencePiece model on `sentences` and writes it to `model_file`.
+
+    Ids: `<pad>` 0, `<unk>` 1, `[CLS]` 2, `[SEP]` 3, `[MASK]` 4, then the learned pieces.
+    `vocab_size` is an upper bound: a corpus too small for it yields fewer pieces. With
+    `lower_case`, sentences are case-folded as the tokenizer layer will fold them.
+
+    Returns:
+        The number of pieces of the written model.
+    """
+    import sentencepiece as spm
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as work:
+        corpus = os.path.join(work, "corpus.txt")
+        count = 0
+        with open(corpus, "w", encoding="utf-8") as f:
+            batch = []
+            for sentence in itertools.islice(sentences, max_sentences):
+                batch.append(sentence)
+                if len(batch) == 4096:
+                    count += _write_sentencepiece_lines(f, batch, lower_case)
+                    batch = []
+            count += _write_sentencepiece_lines(f, batch, lower_case)
+        if not count:
+            raise ValueError(f"{model_file}: no text to train a SentencePiece model on")
+        spm.SentencePieceTrainer.train(
+            input=corpus, model_prefix=os.path.join(work, "sp"), vocab_size=vocab_size,
+            model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
+            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+            user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+            input_sentence_size=max_sentences, shuffle_input_sentence=True,
+            minloglevel=2)
+        tf.io.gfile.makedirs(os.path.dirname(model_file) or ".")
+        tf.io.gfile.copy(os.path.join(work, "sp.model"), model_file, overwrite=True)
+    return spm.SentencePieceProcessor(model_file=model_file).get_piece_size()
+
+
+def _write_sentencepiece_lines(f, batch: list[str], lower_case: bool) -> int:
+    """Writes the non-blank sentences of `batch` (whitespace folded; case-folded with
+    `lower_case`, as `tensorflow_text.case_fold_utf8` does); returns how many."""
+    lines = [" ".join(s.split()) for s in batch]
+    lines = [s for s in lines if s]
+    if not lines:
+        return 0
+    if lower_case:
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        from cmlm_tf import tokenization
+
+        folded = tf_text.case_fold_utf8(tokenization.valid_utf8(tf.constant(lines))).numpy()
+        lines = [s.decode("utf-8") for s in folded]
+    f.write("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def build_sentencepiece(input_groups: Sequence[Sequence[str] | str], vocab_size: int,
+                        model_file: str, lower_case: bool = False,
+                        log: Callable[[str], None] | None = None) -> int:
+    """Learns a SentencePiece model from the lines of text files; returns its piece count.
+
+    Args:
+        input_groups: file paths or globs (as for `build_vocab`); all their non-blank lines
+            form one joint corpus.
+        vocab_size: most pieces in the model (at least `MIN_SENTENCEPIECE_SIZE`).
+        model_file: where to write the model.
+        lower_case: case-fold the text first; the tokenizer must use the same setting.
+        log: called with a line of summary.
+
+    Raises:
+        VocabError: for a bad argument or input (a pattern matching nothing, an unreadable
+            or non-UTF-8 file, no text).
+    """
+    if isinstance(input_groups, (str, os.PathLike)):
+        input_groups = [input_groups]
+    if vocab_size < MIN_SENTENCEPIECE_SIZE:
+        raise VocabError(f"vocab_size must be at least {MIN_SENTENCEPIECE_SIZE} for "
+                         f"SentencePiece, got {vocab_size}")
+    if not input_groups:
+        raise VocabError("no input groups")
+    files: list[str] = []
+    for spec in input_groups:
+        for s in _group_specs(spec):
+            files.extend(expand_input(s))
+    files = list(dict.fromkeys(files))
+    sentences = (text for path in files for text, _ in _read_lines(path) if text)
+    try:
+        pieces = train_sentencepiece(sentences, model_file, vocab_size, lower_case=lower_case)
+    except VocabError:
+        raise
+    except ValueError as e:  # no text at all
+        raise VocabError(str(e)) from None
+    if log:
+        log(f"SentencePiece model: {pieces:,} pieces (asked for at most {vocab_size:,}) from "
+            f"{len(files)} file(s)")
+    return pieces
+
+
 def write_vocab(vocab: Sequence[str], path: str) -> None:
     """Writes one token per line, UTF-8, with a trailing newline (BERT's vocab.txt)."""
     with open(path, "w", encoding="utf-8", newline="\n") as f:
@@ -336,20 +452,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns 0, or 2 after printing `error: ...` to stderr."""
     parser = argparse.ArgumentParser(
         prog="python -m cmlm_tf.build_vocab",
-        description="Learn a multilingual WordPiece vocabulary (BERT vocab.txt) from text "
-                    "files, one language group per --input, with language smoothing.")
+        description="Learn a vocabulary from text files: a multilingual WordPiece vocabulary "
+                    "(BERT vocab.txt, one language group per --input, with language "
+                    "smoothing), or a joint SentencePiece model (--type sentencepiece).")
+    parser.add_argument("--type", choices=VOCAB_TYPES, default="wordpiece",
+                        help="wordpiece (default): vocab.txt; sentencepiece: a unigram model "
+                             "file with <pad>, <unk>, [CLS], [SEP], [MASK] first")
     parser.add_argument("--input", action="append", required=True, metavar="FILE_OR_GLOB",
                         help="one language group: a UTF-8 text file or a glob of them, one "
                              "sentence per line (quote globs); repeat for each language")
     parser.add_argument("--vocab_size", type=int, required=True,
                         help="most tokens in the output, the 5 reserved tokens included")
     parser.add_argument("--lower_case", action="store_true",
-                        help="case-fold and strip accents (BERT uncased); build the model's "
-                             "BertTokenizer with the same setting")
-    parser.add_argument("--smoothing_exponent", type=float, default=DEFAULT_SMOOTHING_EXPONENT,
-                        help="language smoothing exponent a: shares p_l become p_l^a / sum "
-                             "p_k^a (default %(default)s; 1.0 = no re-weighting)")
-    parser.add_argument("--output", required=True, help="vocabulary file to write")
+                        help="case-fold (and for WordPiece strip accents, as BERT uncased); "
+                             "build the model's tokenizer with the same setting")
+    parser.add_argument("--smoothing_exponent", type=float,
+                        help="WordPiece only: language smoothing exponent a: shares p_l become "
+                             f"p_l^a / sum p_k^a (default {DEFAULT_SMOOTHING_EXPONENT}; 1.0 = "
+                             "no re-weighting)")
+    parser.add_argument("--output", required=True,
+                        help="vocabulary file (or SentencePiece model) to write")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
@@ -358,6 +480,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --output {args.output!r}: folder {out_dir!r} does not exist",
               file=sys.stderr)
         return 2
+    if args.type == "sentencepiece":
+        if args.smoothing_exponent is not None:
+            print("error: --smoothing_exponent applies to --type wordpiece only",
+                  file=sys.stderr)
+            return 2
+        try:
+            pieces = build_sentencepiece(args.input, args.vocab_size, args.output,
+                                         lower_case=args.lower_case, log=print)
+        except VocabError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"error: --output {args.output!r} cannot be written: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote a SentencePiece model of {pieces:,} pieces to {args.output}")
+        return 0
+    if args.smoothing_exponent is None:
+        args.smoothing_exponent = DEFAULT_SMOOTHING_EXPONENT
     try:
         vocab = build_vocab(args.input, args.vocab_size, lower_case=args.lower_case,
                             smoothing_exponent=args.smoothing_exponent,

@@ -1,16 +1,21 @@
-"""Config schema shared by every cmlm_tf experiment.
+"""Config schema shared by every cmlm_tf experiment, and the optimizer recipes they start from.
 
 Every objective (CMLM, bitext retrieval, momentum contrast, NLI, BGT) trains the same
 sentence encoder described by `EncoderConfig` and tokenises with `TokenizerConfig`, so a
 `warm_start.yaml` written by `cmlm_tf.convert_hf_bert` fits every experiment. Later
 experiments extend `SentenceTaskConfig`; they never fork it.
+
+The optimizer recipes (`lamb_optimizer`, `adamw_optimizer`, `adam_inverse_sqrt`) are the
+`trainer.optimizer_config` defaults of the registered experiments (as Model Garden's
+`official/projects/labse/config_labse.py` keeps its recipe beside its experiment); YAML
+recipes in `configs/` override their fields.
 """
 
 import dataclasses
 from typing import List, Optional
 
 from official.core import config_definitions as cfg
-from official.modeling import hyperparams
+from official.modeling import hyperparams, optimization
 
 POOLING_MODES = ("mean", "cls", "max")
 TOKENIZER_TYPES = ("wordpiece", "sentencepiece")
@@ -109,6 +114,46 @@ def validate_model_config(model: SentenceModelConfig) -> None:
     if tok.type not in TOKENIZER_TYPES:
         raise ValueError(
             f"task.model.tokenizer.type must be one of {TOKENIZER_TYPES}, got {tok.type!r}")
+
+
+def lamb_optimizer(learning_rate: float = 1e-3, warmup_steps: int = 10000,
+                   decay_steps: int = 1000000) -> optimization.OptimizationConfig:
+    """LAMB, linear warm-up then linear decay to 0 (CMLM paper: lr 1e-3, warm-up 10k)."""
+    return optimization.OptimizationConfig({
+        "optimizer": {"type": "lamb", "lamb": {
+            "beta_1": 0.9, "beta_2": 0.999, "weight_decay_rate": 0.01,
+            "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"]}},
+        "learning_rate": {"type": "polynomial", "polynomial": {
+            "initial_learning_rate": learning_rate, "decay_steps": decay_steps,
+            "end_learning_rate": 0.0, "power": 1.0}},
+        "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
+    })
+
+
+def adamw_optimizer(learning_rate: float, warmup_steps: int,
+                    decay_steps: int) -> optimization.OptimizationConfig:
+    """AdamW (weight decay 0.01, none on LayerNorm and biases), linear warm-up and decay."""
+    return optimization.OptimizationConfig({
+        "optimizer": {"type": "adamw", "adamw": {
+            "weight_decay_rate": 0.01, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-6,
+            "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"]}},
+        "learning_rate": {"type": "polynomial", "polynomial": {
+            "initial_learning_rate": learning_rate, "decay_steps": decay_steps,
+            "end_learning_rate": 0.0, "power": 1.0}},
+        "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
+    })
+
+
+def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.OptimizationConfig:
+    """Adam (beta 0.9/0.98, epsilon 1e-8), linear warm-up to `learning_rate`, then
+    learning_rate * sqrt(warmup_steps / step) (the Transformer's inverse square root)."""
+    return optimization.OptimizationConfig({
+        "optimizer": {"type": "adam", "adam": {
+            "beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-8}},
+        "learning_rate": {"type": "power", "power": {
+            "initial_learning_rate": learning_rate * warmup_steps ** 0.5, "power": -0.5}},
+        "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
+    })
 
 
 def load_experiment_config(

@@ -21,14 +21,11 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from cmlm_tf import cli
 from cmlm_tf.evaluation import mining, readers
 
 TASKS = ("sts", "retrieval", "mining", "bias", "classify", "pcr")
 PCR_TASKS = ("retrieval", "mining", "bias")
-
-
-class UsageError(ValueError):
-    """A bad combination of command-line arguments."""
 
 
 def _common_parser() -> argparse.ArgumentParser:
@@ -37,23 +34,6 @@ def _common_parser() -> argparse.ArgumentParser:
     common.add_argument("--output", help="write the report as JSON to this file")
     common.add_argument("--batch_size", type=int, default=64, help="encode batch size")
     return common
-
-
-def add_pcr_arguments(parser: argparse.ArgumentParser, languages: bool = True) -> None:
-    """`--pcr`, `--pcr_file`, `--save_pcr` (and `--src_lang`/`--tgt_lang` when asked)."""
-    group = parser.add_argument_group("principal component removal")
-    exclusive = group.add_mutually_exclusive_group()
-    exclusive.add_argument("--pcr", action="store_true",
-                           help="fit one component per language on the evaluated sentences "
-                                "and remove it")
-    exclusive.add_argument("--pcr_file", help="apply components saved with --save_pcr")
-    group.add_argument("--save_pcr", help="with --pcr: save the fitted components (JSON)")
-    if languages:
-        group.add_argument("--src_lang", default="src",
-                           help="language name of the source side, for PCR files "
-                                "(default: src)")
-        group.add_argument("--tgt_lang", default="tgt",
-                           help="language name of the target side (default: tgt)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--src", help="one sentence per line (Tatoeba layout)")
     retrieval.add_argument("--tgt", help="the translations, line-aligned with --src")
     retrieval.add_argument("--pairs", help="instead of --src/--tgt: source<TAB>target lines")
-    add_pcr_arguments(retrieval)
+    cli.add_pcr_arguments(retrieval)
 
     mine = tasks.add_parser("mining", parents=[common],
                             help="BUCC: margin-based mining, precision/recall/F1 vs gold")
@@ -86,14 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     mine.add_argument("--k", type=int, default=4, help="neighbours for the margin (LASER: 4)")
     mine.add_argument("--threshold", type=float,
                       help="keep pairs scoring at least this; default: the best-F1 threshold")
-    add_pcr_arguments(mine)
+    cli.add_pcr_arguments(mine)
 
     bias = tasks.add_parser("bias", parents=[common],
                             help="share of nearest neighbours in the query's own language")
     bias.add_argument("--data", required=True, help="folder of line-aligned DIR/<lang>.txt")
     bias.add_argument("--langs", required=True, help="comma-separated languages (file names)")
     bias.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
-    add_pcr_arguments(bias, languages=False)
+    cli.add_pcr_arguments(bias, languages=False)
 
     probe = tasks.add_parser("classify", parents=[common],
                              help="logistic-regression probe accuracy on frozen embeddings")
@@ -111,16 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_arguments(args) -> None:
     if args.batch_size <= 0:
-        raise UsageError(f"--batch_size must be positive, got {args.batch_size}")
+        raise cli.UsageError(f"--batch_size must be positive, got {args.batch_size}")
     if getattr(args, "k", 1) < 1:
-        raise UsageError(f"--k must be positive, got {args.k}")
+        raise cli.UsageError(f"--k must be positive, got {args.k}")
     if args.task in PCR_TASKS and args.save_pcr and not args.pcr:
-        raise UsageError("--save_pcr needs --pcr (there is nothing fitted to save)")
+        raise cli.UsageError("--save_pcr needs --pcr (there is nothing fitted to save)")
     if args.task == "retrieval":
         if args.pairs and (args.src or args.tgt):
-            raise UsageError("give either --pairs or --src and --tgt, not both")
+            raise cli.UsageError("give either --pairs or --src and --tgt, not both")
         if not args.pairs and not (args.src and args.tgt):
-            raise UsageError("retrieval needs --src and --tgt, or --pairs")
+            raise cli.UsageError("retrieval needs --src and --tgt, or --pairs")
 
 
 def parse_language_files(values: Sequence[str]) -> List[Tuple[str, str]]:
@@ -129,42 +109,9 @@ def parse_language_files(values: Sequence[str]) -> List[Tuple[str, str]]:
     for value in values:
         language, sep, path = value.partition("=")
         if not sep or not language or not path:
-            raise UsageError(f"--input {value!r}: expected LANG=FILE")
+            raise cli.UsageError(f"--input {value!r}: expected LANG=FILE")
         parsed.append((language, path))
     return parsed
-
-
-def load_pcr(path: Optional[str]):
-    """The components saved at `path`, or None."""
-    if not path:
-        return None
-    from cmlm_tf.evaluation.pcr import PCRComponents
-
-    return PCRComponents.load(path)
-
-
-def check_pcr_languages(pcr, languages: Sequence[str], path: str) -> None:
-    """Stops before encoding when `pcr` lacks one of `languages`."""
-    if pcr is None:
-        return
-    missing = [lang for lang in languages if lang not in pcr.components]
-    if missing:
-        raise UsageError(f"{path}: no PCR component for {', '.join(missing)} (the file has "
-                         f"{', '.join(sorted(pcr.components))}); name the sides with "
-                         "--src_lang/--tgt_lang or --langs")
-
-
-def load_encoder(export_dir: str, batch_size: int):
-    """An `encode(texts)` function for the export (progress bar on a terminal)."""
-    import cmlm_tf
-
-    model = cmlm_tf.load(export_dir)
-
-    def encode(texts):
-        print(f"encoding {len(texts)} sentences", file=sys.stderr, flush=True)
-        return model.encode(texts, batch_size=batch_size)
-
-    return encode
 
 
 def _read_inputs(args) -> Dict[str, object]:
@@ -186,11 +133,11 @@ def _read_inputs(args) -> Dict[str, object]:
     if args.task == "bias":
         languages = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
         if len(languages) < 2:
-            raise UsageError(f"--langs: need at least 2 languages, got {args.langs!r}")
+            raise cli.UsageError(f"--langs: need at least 2 languages, got {args.langs!r}")
         texts = readers.read_multiway(args.data, languages)
         pool = sum(len(lines) for lines in texts.values())
         if args.k > pool - 1:
-            raise UsageError(f"--k {args.k} is more than the {pool - 1} other sentences")
+            raise cli.UsageError(f"--k {args.k} is more than the {pool - 1} other sentences")
         return {"texts": texts}
     if args.task == "classify":
         splits = {"train": readers.read_labelled(args.train),
@@ -201,7 +148,7 @@ def _read_inputs(args) -> Dict[str, object]:
     languages = parse_language_files(args.input)
     names = [lang for lang, _ in languages]
     if len(set(names)) != len(names):
-        raise UsageError("--input: a language is given twice")
+        raise cli.UsageError("--input: a language is given twice")
     return {"texts": {lang: readers.read_sentences(path, skip_empty=True)
                       for lang, path in languages}}
 
@@ -221,9 +168,9 @@ def run(args) -> Dict[str, object]:
     inputs = _read_inputs(args)
     pcr = None
     if args.task in PCR_TASKS:
-        pcr = load_pcr(args.pcr_file)
-        check_pcr_languages(pcr, _languages(args, inputs), args.pcr_file)
-    encode = load_encoder(args.model, args.batch_size)
+        pcr = cli.load_pcr(args.pcr_file)
+        cli.check_pcr_languages(pcr, _languages(args, inputs), args.pcr_file)
+    encode = cli.load_encoder(args.model, args.batch_size)
     fitted = None
     pcr_options = {}
     if args.task in PCR_TASKS:
@@ -314,15 +261,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.output:
             write_report(report, args.output)
     except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
+        print(f"error: {cli.one_line(e)}", file=sys.stderr)
         return 2
     return 0
-
-
-def one_line(error: Exception) -> str:
-    """The first line of an error's message (its type when it has none)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from cmlm_tf.evaluation.knn import l2_normalize
+
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
 
 PRECISIONS = ("float32", "bfloat16")
@@ -299,7 +301,7 @@ class SentenceEncoderModel:
             if progress is not None:
                 progress.close()
             if normalize:
-                output = l2_normalize_rows(output)
+                output = l2_normalize(output)
             if components is not None:
                 output = components.apply(output, language, renormalize=normalize)
         result = output[0] if single else output
@@ -316,7 +318,7 @@ class SentenceEncoderModel:
         encoded first). A single vector or text counts as one row."""
         a, b = (self.encode(x) if _is_text_input(x) else np.asarray(x, np.float32)
                 for x in (a, b))
-        a, b = (l2_normalize_rows(np.atleast_2d(x).astype(np.float32)) for x in (a, b))
+        a, b = (l2_normalize(np.atleast_2d(x).astype(np.float32)) for x in (a, b))
         return a @ b.T
 
     def _batches(self, strings: List[bytes], batch_size: int):
@@ -391,12 +393,6 @@ def _is_text_input(x) -> bool:
     if isinstance(x, (str, bytes)):
         return True
     return isinstance(x, (list, tuple)) and bool(x) and isinstance(x[0], (str, bytes))
-
-
-def l2_normalize_rows(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm, as `tf.math.l2_normalize(epsilon=1e-12)`."""
-    squares = np.maximum((vectors * vectors).sum(axis=-1, keepdims=True), 1e-12)
-    return vectors / np.sqrt(squares)
 
 
 def read_metadata(export_dir: str) -> dict:

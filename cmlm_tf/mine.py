@@ -16,12 +16,11 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from cmlm_tf import cli
 from cmlm_tf.evaluation import mining, readers
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cmlm_tf import evaluate
-
     parser = argparse.ArgumentParser(
         prog="python -m cmlm_tf.mine",
         description="Mine 1-to-1 translation pairs from two text files (margin scoring).")
@@ -34,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--margin", choices=mining.MARGINS, default="ratio")
     parser.add_argument("--k", type=int, default=4, help="neighbours for the margin (default 4)")
     parser.add_argument("--batch_size", type=int, default=64, help="encode batch size")
-    evaluate.add_pcr_arguments(parser)
+    cli.add_pcr_arguments(parser)
     return parser
 
 
@@ -59,20 +58,19 @@ def write_pairs(path: str, pairs: mining.MinedPairs, src: Sequence[str], tgt: Se
 
 def run(args) -> int:
     """Mines and writes the pairs; returns how many were written."""
-    from cmlm_tf import evaluate
     from cmlm_tf.evaluation import suite
 
     if args.k < 1:
-        raise evaluate.UsageError(f"--k must be positive, got {args.k}")
+        raise cli.UsageError(f"--k must be positive, got {args.k}")
     if args.batch_size <= 0:
-        raise evaluate.UsageError(f"--batch_size must be positive, got {args.batch_size}")
+        raise cli.UsageError(f"--batch_size must be positive, got {args.batch_size}")
     if args.save_pcr and not args.pcr:
-        raise evaluate.UsageError("--save_pcr needs --pcr (there is nothing fitted to save)")
+        raise cli.UsageError("--save_pcr needs --pcr (there is nothing fitted to save)")
     src = readers.read_sentences(args.src, skip_empty=True)
     tgt = readers.read_sentences(args.tgt, skip_empty=True)
-    pcr = evaluate.load_pcr(args.pcr_file)
-    evaluate.check_pcr_languages(pcr, [args.src_lang, args.tgt_lang], args.pcr_file)
-    encode = evaluate.load_encoder(args.model, args.batch_size)
+    pcr = cli.load_pcr(args.pcr_file)
+    cli.check_pcr_languages(pcr, [args.src_lang, args.tgt_lang], args.pcr_file)
+    encode = cli.load_encoder(args.model, args.batch_size)
     pairs, fitted = suite.mine_texts(encode, src, tgt, k=args.k, margin=args.margin,
                                      src_lang=args.src_lang, tgt_lang=args.tgt_lang,
                                      fit_pcr=args.pcr, pcr=pcr)
@@ -82,13 +80,11 @@ def run(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from cmlm_tf import evaluate
-
     args = build_parser().parse_args(argv)
     try:
         written = run(args)
     except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {evaluate.one_line(e)}", file=sys.stderr)
+        print(f"error: {cli.one_line(e)}", file=sys.stderr)
         return 2
     print(f"{written} pairs written to {args.output}", file=sys.stderr)
     return 0

@@ -5,10 +5,8 @@ Strings are first made valid UTF-8 (invalid bytes become U+FFFD) with a core Ten
 so any byte string yields finite vectors.
 """
 
-import itertools
 import os
-import tempfile
-from typing import Dict, Iterable, List
+from typing import Dict
 
 import tensorflow as tf
 import tf_keras
@@ -179,57 +177,6 @@ SP_MODEL_FILE = "sp.model"
 # `train_sentencepiece` gives them the ids the bundled WordPiece vocabulary uses.
 SPECIAL_PIECES = {"padding_id": "<pad>", "start_of_sequence_id": "[CLS]",
                   "end_of_segment_id": "[SEP]", "mask_id": "[MASK]"}
-
-
-def train_sentencepiece(sentences: Iterable[str], model_file: str, vocab_size: int,
-                        lower_case: bool = True, max_sentences: int = 1_000_000) -> int:
-    """Trains a joint unigram SentencePiece model on `sentences` and writes it to `model_file`.
-
-    Ids: `<pad>` 0, `<unk>` 1, `[CLS]` 2, `[SEP]` 3, `[MASK]` 4, then the learned pieces.
-    `vocab_size` is an upper bound: a corpus too small for it yields fewer pieces. With
-    `lower_case`, sentences are case-folded as the tokenizer layer will fold them.
-
-    Returns:
-        The number of pieces of the written model.
-    """
-    import sentencepiece as spm
-    import tensorflow_text as tf_text
-
-    with tempfile.TemporaryDirectory() as work:
-        corpus = os.path.join(work, "corpus.txt")
-        count = 0
-        with open(corpus, "w", encoding="utf-8") as f:
-            batch = []
-            for sentence in itertools.islice(sentences, max_sentences):
-                batch.append(sentence)
-                if len(batch) == 4096:
-                    count += _write_lines(f, batch, lower_case, tf_text)
-                    batch = []
-            count += _write_lines(f, batch, lower_case, tf_text)
-        if not count:
-            raise ValueError(f"{model_file}: no text to train a SentencePiece model on")
-        spm.SentencePieceTrainer.train(
-            input=corpus, model_prefix=os.path.join(work, "sp"), vocab_size=vocab_size,
-            model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
-            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
-            user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
-            input_sentence_size=max_sentences, shuffle_input_sentence=True,
-            minloglevel=2)
-        tf.io.gfile.makedirs(os.path.dirname(model_file) or ".")
-        tf.io.gfile.copy(os.path.join(work, "sp.model"), model_file, overwrite=True)
-    return spm.SentencePieceProcessor(model_file=model_file).get_piece_size()
-
-
-def _write_lines(f, batch: List[str], lower_case: bool, tf_text) -> int:
-    lines = [" ".join(s.split()) for s in batch]
-    lines = [s for s in lines if s]
-    if not lines:
-        return 0
-    if lower_case:
-        folded = tf_text.case_fold_utf8(valid_utf8(tf.constant(lines))).numpy()
-        lines = [s.decode("utf-8") for s in folded]
-    f.write("\n".join(lines) + "\n")
-    return len(lines)
 
 
 def valid_utf8(strings: tf.Tensor) -> tf.Tensor:

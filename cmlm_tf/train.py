@@ -6,7 +6,9 @@ r"""Training driver on Model Garden's `official.core` (Task, registry, train_lib
 
 Rerunning the same command resumes from the last checkpoint in `--model_dir` (global step and
 optimizer state). `runtime.distribution_strategy` is `one_device`, `mirrored` (with
-`runtime.num_gpus`), `multi_worker_mirrored` (TF_CONFIG) or `tpu`.
+`runtime.num_gpus`), `multi_worker_mirrored` (TF_CONFIG) or `tpu`. Before the run starts,
+a SentencePiece tokenizer without a model file gets one learned from the task's data
+(`prepare_vocabulary`).
 """
 
 import os
@@ -35,6 +37,42 @@ def build_params(experiment: str, config_files: Optional[List[str]] = None,
         params.validate()
     except (KeyError, ValueError) as e:
         raise ValueError(f"invalid config: {str(e).splitlines()[0]}") from None
+    params.lock()
+    return params
+
+
+def prepare_vocabulary(params, model_dir: str):
+    """The run's SentencePiece model, learned before the config is written and locked.
+
+    When `task.model.tokenizer.type` is sentencepiece, its `sp_model_file` is empty and the
+    task says what text to learn from (`SentenceTask.sentencepiece_corpus`; BGT: both sides
+    of its pairs), trains `MODEL_DIR/sp.model` with `cmlm_tf.build_vocab.train_sentencepiece`
+    unless an earlier start of the run wrote it, and returns params that name it, with
+    `task.model.encoder.vocab_size` its piece count, so `params.yaml` records both (an
+    existing `MODEL_DIR/sp.model` is named for any task). Otherwise returns `params`
+    unchanged.
+    """
+    import tensorflow as tf
+    from absl import logging
+    from official.core import task_factory
+
+    from cmlm_tf import build_vocab, tokenization
+    from cmlm_tf.tasks import base
+
+    tokenizer = params.task.model.tokenizer
+    if tokenizer.type != "sentencepiece" or tokenizer.sp_model_file:
+        return params
+    sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
+    if not tf.io.gfile.exists(sp_model_file):
+        corpus = task_factory.get_task_cls(type(params.task)).sentencepiece_corpus(params.task)
+        if corpus is None:
+            return params
+        sentences, max_pieces = corpus
+        pieces = build_vocab.train_sentencepiece(sentences, sp_model_file, max_pieces,
+                                                 lower_case=tokenizer.lower_case)
+        logging.info("Trained a SentencePiece model of %d pieces (asked for at most %d) on "
+                     "the task's training text: %s", pieces, max_pieces, sp_model_file)
+    params = params.replace(task=base.with_run_sentencepiece(params.task, model_dir))
     params.lock()
     return params
 
@@ -69,6 +107,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
     from official.core import task_factory, train_lib, train_utils
     from official.modeling import performance
 
+    params = prepare_vocabulary(params, model_dir)
     if "train" in mode:
         train_utils.serialize_config(params, model_dir)
     runtime = params.runtime

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny models for fast contract tests, and the real all-MiniLM-L6-v2."""
+"""Shared fixtures and helpers: tiny models and tasks for fast contract tests, driver
+subprocesses, and the real all-MiniLM-L6-v2."""
 
 import os
 
@@ -91,13 +92,13 @@ def write_bundled_pairs(path: pathlib.Path, count: int) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_sp_model(tmp_path_factory):
     """A joint SentencePiece model of at most 200 pieces trained on 300 bundled pairs."""
-    from cmlm_tf import tokenization
+    from cmlm_tf import build_vocab
 
     folder = tmp_path_factory.mktemp("sp")
     pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
     sentences = (side for line in pairs.read_text(encoding="utf-8").splitlines()
                  for side in line.split("\t"))
-    tokenization.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
+    build_vocab.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
     return folder / "sp.model"
 
 
@@ -156,3 +157,92 @@ def minilm_export(tmp_path_factory, minilm_hf_dir):
 def golden():
     data = json.loads((TESTS_DIR / "data" / "minilm_golden.json").read_text(encoding="utf-8"))
     return data["sentences"], np.asarray(data["embeddings"], np.float32)
+
+
+def subprocess_env() -> dict:
+    """The environment of a subprocess that runs the driver or a script from the repo."""
+    return dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2",
+                TF_USE_LEGACY_KERAS="1")
+
+
+def write_corpus(path: pathlib.Path, documents) -> pathlib.Path:
+    """A CMLM text file: one sentence per line, a blank line between documents."""
+    path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
+    return path
+
+
+# `--params_override` that shrinks `configs/cmlm_tiny.yaml` for driver tests.
+TINY_CMLM_OVERRIDES = ",".join([
+    "task.model.encoder.hidden_size=32", "task.model.encoder.num_layers=1",
+    "task.model.encoder.num_attention_heads=2", "task.model.encoder.intermediate_size=64",
+    "task.train_data.global_batch_size=8", "trainer.steps_per_loop=10",
+    "trainer.summary_interval=10", "trainer.checkpoint_interval=10",
+    "trainer.validation_interval=10"])
+
+
+def tiny_cmlm_config(tiny_vocab, corpus, **data):
+    """A `cmlm_tf/cmlm` task config: one-layer encoder of 32, four projections, seeded data."""
+    from cmlm_tf import configs
+    from cmlm_tf.tasks import cmlm
+
+    vocab_size = len(tiny_vocab.read_text().splitlines())
+    task = cmlm.CMLMTaskConfig()
+    task.model.encoder = configs.EncoderConfig(
+        vocab_size=vocab_size, hidden_size=32, num_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=32, dropout_rate=0.0,
+        attention_dropout_rate=0.0)
+    task.model.tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    task.model.cmlm.num_projections = 4
+    task.train_data.override(dict(input_path=str(corpus), global_batch_size=32, seq_length=8,
+                                  max_predictions_per_seq=1, mask_ratio=1.0, seed=5,
+                                  shuffle_buffer_size=1000, **data))
+    return task
+
+
+def validation_scalars(summary_dir: pathlib.Path) -> dict:
+    """The last value of each scalar in the run's TensorBoard `validation` summaries."""
+    import tensorflow as tf
+
+    scalars = {}
+    for path in sorted(summary_dir.glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                scalars[value.tag] = float(tf.make_ndarray(value.tensor))
+    return scalars
+
+
+MOCO_VOCAB_SIZE, MOCO_SEQ = 40, 6
+
+
+def tiny_moco_task(queue_size=10, momentum=0.9, **moco_fields):
+    """A `cmlm_tf/moco` task on a one-layer encoder of 16 (vocabulary 40), batch 4."""
+    from cmlm_tf import configs
+    from cmlm_tf.tasks import moco
+
+    config = moco.MomentumContrastTaskConfig()
+    config.model.encoder = configs.EncoderConfig(
+        vocab_size=MOCO_VOCAB_SIZE, hidden_size=16, num_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=16, dropout_rate=0.0,
+        attention_dropout_rate=0.0)
+    config.train_data.global_batch_size = 4
+    config.moco.override(dict(queue_size=queue_size, momentum=momentum, **moco_fields))
+    return moco.MomentumContrastTask(config)
+
+
+def moco_batch(rows, seed, first_id=0):
+    """A random `BitextFeaturizer`-shaped batch for `tiny_moco_task`; ids from `first_id`."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+
+    def side():
+        ids = rng.integers(5, MOCO_VOCAB_SIZE, size=(rows, MOCO_SEQ)).astype(np.int32)
+        lengths = rng.integers(2, MOCO_SEQ + 1, size=(rows, 1))
+        mask = (np.arange(MOCO_SEQ)[None] < lengths).astype(np.int32)
+        return {"input_word_ids": tf.constant(ids * mask), "input_mask": tf.constant(mask),
+                "input_type_ids": tf.zeros_like(tf.constant(ids))}
+
+    return {"source": side(), "target": side(),
+            "source_id": tf.range(first_id, first_id + rows, dtype=tf.int64),
+            "target_id": tf.range(first_id, first_id + rows, dtype=tf.int64) + 1000}

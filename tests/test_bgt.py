@@ -10,6 +10,8 @@ import yaml
 from conftest import REPO_DIR, write_bundled_pairs
 
 from cmlm_tf import configs
+from cmlm_tf.losses import gaussian_kl
+from cmlm_tf.losses.sequence_nll import sequence_nll
 from cmlm_tf.modeling import bgt
 
 TINY_OVERRIDES = {
@@ -47,16 +49,16 @@ def sentences(first_ids, length: int = 6):
 
 
 def test_kl_weight_rises_linearly_then_stays_at_one():
-    values = [float(bgt.kl_weight(step, 400)) for step in (0, 100, 200, 400, 10_000)]
+    values = [float(gaussian_kl.kl_weight(step, 400)) for step in (0, 100, 200, 400, 10_000)]
     assert values == pytest.approx([0.0, 0.25, 0.5, 1.0, 1.0])
-    assert float(bgt.kl_weight(7, 0)) == 1.0
+    assert float(gaussian_kl.kl_weight(7, 0)) == 1.0
 
 
 def test_gaussian_kl_equals_closed_form():
     # N((2, 0), diag(1, 4)) against N(0, I): 1/2 * 2^2 + 1/2 * (4 - 1 - log 4).
     mean = tf.constant([[2.0, 0.0], [0.0, 0.0]])
     log_variance = tf.constant([[0.0, math.log(4.0)], [0.0, 0.0]])
-    kl = bgt.gaussian_kl(mean, log_variance).numpy()
+    kl = gaussian_kl.gaussian_kl(mean, log_variance).numpy()
     np.testing.assert_allclose(kl, [2.0 + 0.5 * (3.0 - math.log(4.0)), 0.0], rtol=1e-6)
     # And a Monte-Carlo estimate of E_q[log q - log p] agrees.
     rng = np.random.default_rng(0)
@@ -70,10 +72,10 @@ def test_gaussian_kl_equals_closed_form():
 def test_label_smoothing_and_active_units():
     logits = tf.math.log(tf.constant([[[0.5, 0.25, 0.25], [1 / 3, 1 / 3, 1 / 3]]]))
     targets, weights = tf.constant([[0, 2]]), tf.constant([[1.0, 0.0]])
-    np.testing.assert_allclose(bgt.sequence_nll(logits, targets, weights), [math.log(2.0)],
+    np.testing.assert_allclose(sequence_nll(logits, targets, weights), [math.log(2.0)],
                                rtol=1e-6)
     smoothed = 0.9 * math.log(2.0) + 0.1 * (math.log(2.0) + 2 * math.log(4.0)) / 3
-    np.testing.assert_allclose(bgt.sequence_nll(logits, targets, weights, 0.1), [smoothed],
+    np.testing.assert_allclose(sequence_nll(logits, targets, weights, 0.1), [smoothed],
                                rtol=1e-6)
     means = tf.constant([[0.0, 1.0, 5.0], [0.0, -1.0, 5.05], [0.0, 1.0, 5.0]])
     assert float(bgt.active_units(means, 0.01)) == 1.0
@@ -204,6 +206,37 @@ def test_tiny_bgt_exports_its_posterior_mean(tiny_bgt_run, tmp_path):
     np.testing.assert_array_equal(encoder(inputs)["default"], outputs["default"])
     vectors = cmlm_tf.load(export_dir).encode(texts)
     np.testing.assert_allclose(vectors, outputs["default"], atol=1e-5)
+
+
+def test_building_the_task_learns_and_writes_nothing(tmp_path):
+    from cmlm_tf.tasks import bgt as bgt_task
+
+    config = bgt_task.BgtTaskConfig()
+    config.model.tokenizer.type = "sentencepiece"
+    config.train_data.input_path = str(write_bundled_pairs(tmp_path / "pairs.tsv", 50))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    task = bgt_task.BgtTask(config, logging_dir=str(run_dir))
+    assert list(run_dir.iterdir()) == []  # the driver's vocabulary step learns sp.model
+    assert task.task_config.model.tokenizer.sp_model_file == ""
+
+
+def test_a_resumed_run_reuses_its_sentencepiece_model(tmp_path, tiny_sp_model):
+    import shutil
+
+    from cmlm_tf import train
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(tiny_sp_model, run_dir / "sp.model")
+    params = train.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")],
+                                f"task.train_data.input_path={tmp_path / 'missing.tsv'}")
+    prepared = train.prepare_vocabulary(params, str(run_dir))  # no data read: nothing learned
+    tokenizer = prepared.task.model.tokenizer
+    assert tokenizer.sp_model_file == str(run_dir / "sp.model")
+    assert 8 <= prepared.task.model.encoder.vocab_size <= 200
+    assert params.task.model.tokenizer.sp_model_file == ""  # the caller's params unchanged
+    assert train.prepare_vocabulary(prepared, str(run_dir)) is prepared
 
 
 def test_sentencepiece_errors_name_the_field(tmp_path):

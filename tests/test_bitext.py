@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from conftest import REPO_DIR, TINY_WORDS
-from test_cmlm import TINY_OVERRIDES, _env, _tiny_cmlm_config, _write_corpus
+from conftest import (
+    REPO_DIR,
+    TINY_CMLM_OVERRIDES,
+    TINY_WORDS,
+    subprocess_env,
+    tiny_cmlm_config,
+    write_corpus,
+)
 
 from cmlm_tf import configs
 from cmlm_tf.data import bitext
@@ -160,7 +166,7 @@ def test_two_replicas_equal_one_device_on_the_global_batch(tmp_path, hard_negati
     script = tmp_path / "cross_replica.py"
     script.write_text(_CROSS_REPLICA, encoding="utf-8")
     result = subprocess.run([sys.executable, str(script), str(hard_negatives)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=_env(), timeout=300)
+                            capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     values = json.loads(result.stdout.strip().splitlines()[-1])
     assert abs(values["loss_1"] - values["loss_2"]) <= 1e-5 * max(1.0, values["loss_1"])
@@ -256,8 +262,8 @@ def _as_multitask(cmlm_config):
 
 
 def test_alpha_weights_the_two_losses(tmp_path, tiny_vocab):
-    corpus = _write_corpus(tmp_path / "c.txt", [["the dog", "a cat", "a man"]] * 8)
-    config = _as_multitask(_tiny_cmlm_config(tiny_vocab, corpus))
+    corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat", "a man"]] * 8)
+    config = _as_multitask(tiny_cmlm_config(tiny_vocab, corpus))
     config.bitext_data.override(dict(input_path=str(_bitext_file(tmp_path)),
                                      global_batch_size=8, seq_length=8, seed=1))
     values = {}
@@ -278,8 +284,8 @@ def test_alpha_weights_the_two_losses(tmp_path, tiny_vocab):
 
 def test_stage_two_restores_stage_one(tmp_path, tiny_vocab):
     """CMLM → CMLM+BR restores encoder, projection and head; CMLM → BR the encoder."""
-    corpus = _write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
-    stage_1 = _tiny_cmlm_config(tiny_vocab, corpus)
+    corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
+    stage_1 = tiny_cmlm_config(tiny_vocab, corpus)
     from cmlm_tf.tasks import cmlm
 
     tf_keras.utils.set_random_seed(7)
@@ -341,15 +347,15 @@ def test_staged_recipe_through_the_driver(tmp_path):
             "--config_file=configs/cmlm_tiny.yaml"]
     first = subprocess.run(
         base + ["--experiment=cmlm_tf/cmlm", f"--model_dir={run_1}",
-                f"--params_override={TINY_OVERRIDES},trainer.train_steps=10"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=_env(), timeout=300)
+                f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10"],
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     second = subprocess.run(
         base + ["--experiment=cmlm_tf/cmlm_bitext",
                 "--config_file=configs/cmlm_then_cmlm_br_tiny.yaml", f"--model_dir={run_2}",
-                f"--params_override={TINY_OVERRIDES},trainer.train_steps=10,"
+                f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10,"
                 f"task.init_checkpoint={run_1},task.bitext_data.global_batch_size=8"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=_env(), timeout=300)
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Warm-started from" in second.stderr and "projection, mlm_head" in second.stderr
     assert "ranking_loss" in second.stderr

@@ -186,6 +186,40 @@ def test_cli_vocab_works_with_bert_tokenizer(corpus, tmp_path, capsys):
     assert [vocab[i] for i in ids[0]] == ["hello", ",", "my", "friend", "reads", "a", "book", "."]
 
 
+def test_cli_sentencepiece_model_works_with_the_tokenizer(corpus, tmp_path, capsys):
+    import sentencepiece as spm
+    import tensorflow as tf
+
+    from cmlm_tf import configs, tokenization
+
+    out = tmp_path / "sp.model"
+    rc = bv.main(["--type", "sentencepiece", "--input", corpus[0], "--input", corpus[1],
+                  "--vocab_size", "120", "--lower_case", "--output", str(out), "--quiet"])
+    assert rc == 0
+    pieces = spm.SentencePieceProcessor(model_file=str(out)).get_piece_size()
+    assert 8 <= pieces <= 120 and f"{pieces} pieces to {out}" in capsys.readouterr().out
+    tokenizer = tokenization.build_tokenizer(configs.TokenizerConfig(
+        type="sentencepiece", sp_model_file=str(out), lower_case=True))
+    special = tokenization.special_token_ids(tokenizer)
+    assert [special[k] for k in ("padding_id", "start_of_sequence_id", "end_of_segment_id",
+                                 "mask_id", "vocab_size")] == [0, 2, 3, 4, pieces]
+    ids = tokenizer(tf.constant(["Hello, my friend reads a book."])).to_list()[0]
+    assert ids and 1 not in ids  # no <unk> for text like the corpus
+    # Lower-cased training text: the tokenizer folds case before the model, as it learned.
+    assert tokenizer(tf.constant(["HELLO"])).to_list() == tokenizer(
+        tf.constant(["hello"])).to_list()
+
+
+def test_cli_sentencepiece_rejects_wordpiece_options(corpus, tmp_path, capsys):
+    err = _run_error(["--type", "sentencepiece", "--input", corpus[1], "--vocab_size", "100",
+                      "--smoothing_exponent", "0.5", "--output", str(tmp_path / "sp.model")],
+                     capsys)
+    assert "--smoothing_exponent" in err
+    err = _run_error(["--type", "sentencepiece", "--input", corpus[1], "--vocab_size", "5",
+                      "--output", str(tmp_path / "sp.model")], capsys)
+    assert "vocab_size" in err and not (tmp_path / "sp.model").exists()
+
+
 def _run_error(argv, capsys) -> str:
     assert bv.main(argv) == 2
     err = capsys.readouterr().err

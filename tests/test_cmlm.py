@@ -1,7 +1,6 @@
 """CMLM: masking, pairs, projection, conditioning, the driver, resume and strategies."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -11,7 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from conftest import REPO_DIR, TINY_WORDS
+from conftest import (
+    REPO_DIR,
+    TINY_CMLM_OVERRIDES,
+    TINY_WORDS,
+    subprocess_env,
+    tiny_cmlm_config,
+    write_corpus,
+)
 
 from cmlm_tf import configs
 from cmlm_tf.data import masking, sentence_pairs
@@ -19,11 +25,6 @@ from cmlm_tf.modeling import conditional_mlm
 from cmlm_tf.tasks import cmlm
 
 SPECIAL = [0, 2, 3, 4]  # [PAD], [CLS], [SEP], [MASK]
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2",
-                TF_USE_LEGACY_KERAS="1")
 
 
 def test_masking_statistics():
@@ -64,14 +65,9 @@ def test_masking_statistics():
                                   np.minimum(3, maskable))
 
 
-def _write_corpus(path, documents):
-    path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
-    return path
-
-
 def test_pairs_are_consecutive_and_swapped_half_the_time(tmp_path):
     docs = [[f"first {i}", f"second {i}"] for i in range(600)] + [["alone"]]
-    corpus = _write_corpus(tmp_path / "c.txt", docs)
+    corpus = write_corpus(tmp_path / "c.txt", docs)
     stats = sentence_pairs.scan_corpus([str(corpus)])
     assert (stats.pairs, stats.single_sentence_documents) == (600, 1)
     pairs = list(sentence_pairs.sentence_pairs(
@@ -97,6 +93,31 @@ def test_empty_corpus_and_missing_files_are_clear_errors(tmp_path):
         sentence_pairs.list_files(str(tmp_path / "nothing_here*.txt"))
 
 
+def test_every_reader_rejects_a_non_positive_batch_size(tmp_path, tiny_vocab):
+    from cmlm_tf.data import bitext, mlm_tlm, nli
+
+    corpus = write_corpus(tmp_path / "c.txt", [["one two", "three four"]])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a dog\tthe cat\n", encoding="utf-8")
+    examples = tmp_path / "nli.tsv"
+    examples.write_text("a dog\tthe cat\tneutral\n", encoding="utf-8")
+    tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    readers = [
+        lambda: sentence_pairs.cmlm_dataset(sentence_pairs.CMLMDataConfig(
+            input_path=str(corpus), global_batch_size=0), tokenizer),
+        lambda: mlm_tlm.mlm_tlm_dataset(mlm_tlm.MLMTLMDataConfig(
+            input_path=str(corpus), global_batch_size=0, tlm_fraction=0.0), None, tokenizer),
+        lambda: bitext.bitext_dataset(bitext.BitextDataConfig(
+            input_path=str(pairs), global_batch_size=0), tokenizer),
+        lambda: nli.nli_dataset(nli.NLIDataConfig(
+            input_path=str(examples), global_batch_size=0), tokenizer),
+    ]
+    for build in readers:
+        with pytest.raises(ValueError, match="task.train_data.global_batch_size must be "
+                                             "positive, got 0"):
+            build()
+
+
 def test_projection_has_n_outputs_one_equal_to_v():
     layer = conditional_mlm.ConditionalProjection(hidden_size=8, num_projections=5)
     v = tf.random.normal([3, 8])
@@ -107,26 +128,11 @@ def test_projection_has_n_outputs_one_equal_to_v():
     assert conditional_mlm.ConditionalProjection(8, 1)(v).shape == (3, 1, 8)
 
 
-def _tiny_cmlm_config(tiny_vocab, corpus, **data):
-    vocab_size = len(tiny_vocab.read_text().splitlines())
-    task = cmlm.CMLMTaskConfig()
-    task.model.encoder = configs.EncoderConfig(
-        vocab_size=vocab_size, hidden_size=32, num_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=32, dropout_rate=0.0,
-        attention_dropout_rate=0.0)
-    task.model.tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
-    task.model.cmlm.num_projections = 4
-    task.train_data.override(dict(input_path=str(corpus), global_batch_size=32, seq_length=8,
-                                  max_predictions_per_seq=1, mask_ratio=1.0, seed=5,
-                                  shuffle_buffer_size=1000, **data))
-    return task
-
-
 def test_conditioning_is_used(tmp_path, tiny_vocab):
     """s2 is one word equal to s1's: only the conditioning vectors can reveal it."""
     words = TINY_WORDS[:16]
-    corpus = _write_corpus(tmp_path / "copy.txt", [[w, w] for w in words] * 20)
-    config = _tiny_cmlm_config(tiny_vocab, corpus)
+    corpus = write_corpus(tmp_path / "copy.txt", [[w, w] for w in words] * 20)
+    config = tiny_cmlm_config(tiny_vocab, corpus)
     tf_keras.utils.set_random_seed(0)
     task = cmlm.CMLMTask(config)
     model = task.build_model()
@@ -153,20 +159,12 @@ def test_conditioning_is_used(tmp_path, tiny_vocab):
     assert np.mean(shuffled_losses) > 1.0
 
 
-TINY_OVERRIDES = ",".join([
-    "task.model.encoder.hidden_size=32", "task.model.encoder.num_layers=1",
-    "task.model.encoder.num_attention_heads=2", "task.model.encoder.intermediate_size=64",
-    "task.train_data.global_batch_size=8", "trainer.steps_per_loop=10",
-    "trainer.summary_interval=10", "trainer.checkpoint_interval=10",
-    "trainer.validation_interval=10"])
-
-
 def _train(model_dir, steps, extra="", env=None, timeout=300):
     cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
            "--config_file=configs/cmlm_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
-           f"--params_override={TINY_OVERRIDES},trainer.train_steps={steps}{extra}"]
+           f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps}{extra}"]
     return subprocess.run(cmd, cwd=REPO_DIR, capture_output=True, text=True,
-                          env=env or _env(), timeout=timeout)
+                          env=env or subprocess_env(), timeout=timeout)
 
 
 def test_driver_trains_resumes_and_exports(tmp_path):
@@ -186,7 +184,7 @@ def test_driver_trains_resumes_and_exports(tmp_path):
     export_dir = tmp_path / "export"
     result = subprocess.run([sys.executable, "-m", "export.export_tfhub",
                              f"--model_dir={run_dir}", f"--export_dir={export_dir}"],
-                            cwd=REPO_DIR, capture_output=True, text=True, env=_env(),
+                            cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(),
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     import cmlm_tf
@@ -200,8 +198,8 @@ def test_driver_trains_resumes_and_exports(tmp_path):
 def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
     from cmlm_tf.modeling import sentence_encoder
 
-    corpus = _write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
-    config = _tiny_cmlm_config(tiny_vocab, corpus)
+    corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
+    config = tiny_cmlm_config(tiny_vocab, corpus)
     donor = sentence_encoder.build_sentence_encoder(config.model.encoder)
     config.init_checkpoint = sentence_encoder.write_encoder_checkpoint(donor, str(tmp_path))
     task = cmlm.CMLMTask(config)
@@ -233,14 +231,14 @@ def test_mirrored_strategy_over_two_cpu_devices(tmp_path):
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         from cmlm_tf import train
         params = train.build_params("cmlm_tf/cmlm", ["configs/cmlm_tiny.yaml"],
-                                    {TINY_OVERRIDES + ",trainer.train_steps=10"!r})
+                                    {TINY_CMLM_OVERRIDES + ",trainer.train_steps=10"!r})
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         assert strategy.num_replicas_in_sync == 2
         train.run(params, {str(tmp_path / "run")!r}, "train", strategy=strategy)
         print("STEP", tf.train.latest_checkpoint({str(tmp_path / "run")!r}))
     """)
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True,
-                            text=True, env=_env(), timeout=300)
+                            text=True, env=subprocess_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ckpt-10" in result.stdout
 
@@ -260,13 +258,13 @@ def test_two_workers_on_localhost(tmp_path):
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
     for index in range(2):
-        env = _env()
+        env = subprocess_env()
         env["TF_CONFIG"] = json.dumps({"cluster": cluster,
                                        "task": {"type": "worker", "index": index}})
         cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
                "--config_file=configs/cmlm_tiny.yaml", "--mode=train",
                f"--model_dir={tmp_path / 'run'}",
-               f"--params_override={TINY_OVERRIDES},trainer.train_steps=10,"
+               f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10,"
                "runtime.distribution_strategy=multi_worker_mirrored"]
         procs.append(subprocess.Popen(cmd, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))

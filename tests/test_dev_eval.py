@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY_WORDS, tiny_encoder_config
+from conftest import TINY_WORDS, tiny_encoder_config, validation_scalars
 from official.core import base_task
 
 from cmlm_tf import configs, tokenization, train
@@ -45,17 +45,6 @@ def _encode_with(encoder, tokenizer_config, seq_length):
     return encode
 
 
-def _validation_scalars(summary_dir):
-    """The last value of each scalar in the run's TensorBoard `validation` summaries."""
-    scalars = {}
-    for path in sorted(summary_dir.glob("events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(str(path)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                scalars[value.tag] = float(tf.make_ndarray(value.tensor))
-    return scalars
-
-
 def test_cmlm_train_and_eval_reports_dev_metrics(tmp_path, tiny_vocab):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(f"the {a} is here\na {b} is there"
@@ -76,7 +65,7 @@ def test_cmlm_train_and_eval_reports_dev_metrics(tmp_path, tiny_vocab):
         "runtime": {"distribution_strategy": "mirrored", "num_gpus": 0}}
     params = train.build_params("cmlm_tf/cmlm", params_override=json.dumps(overrides))
     model, _ = train.run(params, str(tmp_path / "run"), "train_and_eval")
-    logs = _validation_scalars(tmp_path / "run" / "validation")
+    logs = validation_scalars(tmp_path / "run" / "validation")
 
     names = {"dev_sts_spearman", "dev_sts_pearson", "dev_retrieval_toy_de_src2tgt_accuracy",
              "dev_retrieval_toy_de_tgt2src_accuracy"}

@@ -6,8 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO_DIR, TINY_WORDS, tiny_encoder_config
-from test_cmlm import _env
+from conftest import REPO_DIR, TINY_WORDS, subprocess_env, tiny_encoder_config
 
 from cmlm_tf import configs
 from cmlm_tf.data import mlm_tlm
@@ -167,7 +166,7 @@ def test_recipes_load():
 def test_tiny_labse_script_runs_three_stages_and_exports(tmp_path):
     import cmlm_tf
 
-    env = dict(_env(), PYTHON=str(__import__("sys").executable), STAGE_STEPS="2 2 2",
+    env = dict(subprocess_env(), PYTHON=str(__import__("sys").executable), STAGE_STEPS="2 2 2",
                BITEXT_STEPS="2", EXTRA_OVERRIDES=",".join([
                    "task.model.encoder.hidden_size=32",
                    "task.model.encoder.num_attention_heads=2",

@@ -9,40 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from conftest import REPO_DIR
-from test_cmlm import TINY_OVERRIDES, _env
+from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, moco_batch, subprocess_env, tiny_moco_task
 
-from cmlm_tf import configs
 from cmlm_tf.losses import info_nce
 from cmlm_tf.modeling import momentum_queue, sentence_encoder
-from cmlm_tf.tasks import moco
-
-VOCAB_SIZE, SEQ = 40, 6
-
-
-def _tiny_task(queue_size=10, momentum=0.9, **moco_fields):
-    config = moco.MomentumContrastTaskConfig()
-    config.model.encoder = configs.EncoderConfig(
-        vocab_size=VOCAB_SIZE, hidden_size=16, num_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=16, dropout_rate=0.0,
-        attention_dropout_rate=0.0)
-    config.train_data.global_batch_size = 4
-    config.moco.override(dict(queue_size=queue_size, momentum=momentum, **moco_fields))
-    return moco.MomentumContrastTask(config)
-
-
-def _batch(rows, seed, first_id=0):
-    rng = np.random.default_rng(seed)
-
-    def side():
-        ids = rng.integers(5, VOCAB_SIZE, size=(rows, SEQ)).astype(np.int32)
-        mask = (np.arange(SEQ)[None] < rng.integers(2, SEQ + 1, size=(rows, 1))).astype(np.int32)
-        return {"input_word_ids": tf.constant(ids * mask), "input_mask": tf.constant(mask),
-                "input_type_ids": tf.zeros_like(tf.constant(ids))}
-
-    return {"source": side(), "target": side(),
-            "source_id": tf.range(first_id, first_id + rows, dtype=tf.int64),
-            "target_id": tf.range(first_id, first_id + rows, dtype=tf.int64) + 1000}
 
 
 def _state(model):
@@ -115,31 +85,31 @@ def test_momentum_update_on_a_known_example():
 
     # In the model: keys start as copies; after the query moves by +1 a training call moves
     # every key weight by (1 − m)·1 before the keys are computed.
-    task = _tiny_task(momentum=0.9)
+    task = tiny_moco_task(momentum=0.9)
     model = task.build_model()
     start = [v.numpy() for v in model.encoder.weights]
     for a, b in zip(model.key_encoder.weights, model.encoder.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     for variable in model.encoder.weights:
         variable.assign_add(tf.ones_like(variable))
-    model(_batch(4, seed=1), training=True)
+    model(moco_batch(4, seed=1), training=True)
     for key_weight, value in zip(model.key_encoder.weights, start):
         np.testing.assert_allclose(key_weight.numpy(), value + 0.1, atol=1e-5)
-    model(_batch(4, seed=2), training=False)  # evaluation moves nothing
+    model(moco_batch(4, seed=2), training=False)  # evaluation moves nothing
     for key_weight, value in zip(model.key_encoder.weights, start):
         np.testing.assert_allclose(key_weight.numpy(), value + 0.1, atol=1e-5)
     assert int(model.source_queue.queue_count.numpy()) == 4
 
 
 def test_no_gradient_reaches_key_encoders_or_queues():
-    task = _tiny_task(queue_size=12)
+    task = tiny_moco_task(queue_size=12)
     model = task.build_model()
-    model(_batch(4, seed=1, first_id=100), training=True)  # something in the queues
+    model(moco_batch(4, seed=1, first_id=100), training=True)  # something in the queues
     frozen = (model.key_encoder.weights + model.source_queue.weights
               + model.target_queue.weights)
     trainable = {id(v) for v in model.trainable_variables}
     assert not any(id(v) in trainable for v in frozen)
-    batch = _batch(4, seed=2)
+    batch = moco_batch(4, seed=2)
     with tf.GradientTape() as tape:
         tape.watch([v for v in frozen if v.dtype.is_floating])  # even when watched
         losses = task.compute_losses(batch, model(batch, training=True))
@@ -151,27 +121,27 @@ def test_no_gradient_reaches_key_encoders_or_queues():
 
 
 def test_first_step_sees_no_negatives_and_this_steps_keys_are_not_its_own():
-    task = _tiny_task(queue_size=8)
+    task = tiny_moco_task(queue_size=8)
     model = task.build_model()
-    first = task.compute_losses(_batch(4, 1), model(_batch(4, 1), training=True))
+    first = task.compute_losses(moco_batch(4, 1), model(moco_batch(4, 1), training=True))
     assert float(first["loss"]) == 0.0  # empty queue: every slot masked
-    second_batch = _batch(4, 2, first_id=50)
+    second_batch = moco_batch(4, 2, first_id=50)
     outputs = model(second_batch, training=True)
     mask = outputs["negative_mask"].numpy()
     np.testing.assert_array_equal(mask, np.tile([True] * 4 + [False] * 4, (4, 1)))
     # Same texts as a queued pair: left out of that row's negatives.
-    repeat = dict(_batch(4, 3), source_id=tf.constant([0, 60, 61, 62], tf.int64))
+    repeat = dict(moco_batch(4, 3), source_id=tf.constant([0, 60, 61, 62], tf.int64))
     mask = model(repeat, training=False)["negative_mask"].numpy()
     assert not mask[0, 0] and mask[1, 0] and mask[0, 1]
 
 
 def test_queue_pointer_and_key_encoder_survive_a_checkpoint(tmp_path):
-    task = _tiny_task(queue_size=10, momentum=0.5)
+    task = tiny_moco_task(queue_size=10, momentum=0.5)
     tf_keras.utils.set_random_seed(1)
     model = task.build_model()
     optimizer = tf_keras.optimizers.SGD(0.5)
     for step in range(3):
-        task.train_step(_batch(4, step, first_id=10 * step), model, optimizer)
+        task.train_step(moco_batch(4, step, first_id=10 * step), model, optimizer)
     assert int(model.source_queue.queue_ptr.numpy()) == 2
     prefix = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
 
@@ -185,7 +155,7 @@ def test_queue_pointer_and_key_encoder_survive_a_checkpoint(tmp_path):
 
 
 def test_initialize_copies_keys_after_the_warm_start(tmp_path):
-    task = _tiny_task(shared_encoder=False)
+    task = tiny_moco_task(shared_encoder=False)
     tf_keras.utils.set_random_seed(3)
     donor = sentence_encoder.build_sentence_encoder(task.task_config.model.encoder)
     for variable in donor.trainable_variables:
@@ -206,9 +176,9 @@ def test_config_errors_name_the_field_and_recipes_load():
 
     with pytest.raises(ValueError, match=r"task.moco.queue_size \(3\) must be at least "
                                          r"task.train_data.global_batch_size \(4\)"):
-        _tiny_task(queue_size=3).build_model()
+        tiny_moco_task(queue_size=3).build_model()
     with pytest.raises(ValueError, match="task.moco.momentum must be in"):
-        _tiny_task(momentum=1.5).build_model()
+        tiny_moco_task(momentum=1.5).build_model()
     recipes = [["configs/moco_tiny.yaml"], ["configs/moco_bert_base.yaml"],
                ["configs/moco_bert_base.yaml", "configs/moco_no_momentum.yaml"],
                ["runs/all-MiniLM-L6-v2/warm_start.yaml", "configs/moco_minilm.yaml"]]
@@ -235,11 +205,11 @@ _TWO_REPLICAS = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import tf_keras
-    from test_moco import _batch, _tiny_task
+    from conftest import moco_batch, tiny_moco_task
 
-    task = _tiny_task(queue_size=12, momentum=0.5)
+    task = tiny_moco_task(queue_size=12, momentum=0.5)
     task.task_config.train_data.global_batch_size = 8
-    batches = [tf.nest.map_structure(lambda t: t.numpy(), _batch(8, s, first_id=100 * s))
+    batches = [tf.nest.map_structure(lambda t: t.numpy(), moco_batch(8, s, first_id=100 * s))
                for s in range(3)]
 
     tf_keras.utils.set_random_seed(3)
@@ -292,7 +262,7 @@ def test_two_replicas_hold_identical_queues(tmp_path):
     """Two logical CPUs, 3 steps of 8 pairs (4 per replica) into queues of 12."""
     script = tmp_path / "two_replicas.py"
     script.write_text(_TWO_REPLICAS, encoding="utf-8")
-    env = _env()
+    env = subprocess_env()
     env["PYTHONPATH"] = f"{REPO_DIR}:{REPO_DIR / 'tests'}"
     result = subprocess.run([sys.executable, str(script)], cwd=REPO_DIR, capture_output=True,
                             text=True, env=env, timeout=300)
@@ -308,13 +278,13 @@ def test_two_replicas_hold_identical_queues(tmp_path):
 
 
 def _driver(model_dir, steps, extra=""):
-    overrides = (f"{TINY_OVERRIDES},trainer.train_steps={steps},task.moco.queue_size=20,"
+    overrides = (f"{TINY_CMLM_OVERRIDES},trainer.train_steps={steps},task.moco.queue_size=20,"
                  f"task.train_data.seq_length=16,task.moco.shared_encoder=false{extra}")
     return subprocess.run(
         [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/moco",
          "--config_file=configs/moco_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
          f"--params_override={overrides}"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=_env(), timeout=300)
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=300)
 
 
 def _queue_ptr(model_dir):

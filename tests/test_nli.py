@@ -9,10 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO_DIR
-from test_cmlm import _env
-from test_dev_eval import _validation_scalars
-from test_moco import _batch, _tiny_task
+from conftest import REPO_DIR, moco_batch, subprocess_env, tiny_moco_task, validation_scalars
 
 from cmlm_tf import convert_nli
 from cmlm_tf.data import nli
@@ -143,21 +140,21 @@ def test_converter_reads_mnli_and_aligns_xnli_by_pair(tmp_path):
 
 
 def _nli_batch(rows, seed):
-    pairs = _batch(rows, seed)
+    pairs = moco_batch(rows, seed)
     return {"premise": pairs["source"], "hypothesis": pairs["target"],
             "label": tf.constant(np.arange(rows) % 3, tf.int32)}
 
 
 def test_multitask_loss_is_moco_plus_alpha_nli(tmp_path):
     nli_file = _write(tmp_path / "nli.tsv", [b"a\tb\tneutral"])
-    task = _tiny_task(queue_size=12)
+    task = tiny_moco_task(queue_size=12)
     task.task_config.nli_data.input_path = nli_file
     assert task.task_config.nli_weight == 0.1
     assert task.task_config.nli_data.global_batch_size == 128
     assert task.task_config.nli_head.hidden_sizes == [256]
     model = task.build_model()
     assert "nli_head" in model.checkpoint_items
-    inputs = dict(_batch(4, seed=1), nli=_nli_batch(6, seed=2))
+    inputs = dict(moco_batch(4, seed=1), nli=_nli_batch(6, seed=2))
     outputs = model(inputs, training=False)
     losses = task.compute_losses(inputs, outputs)
 
@@ -245,10 +242,10 @@ def test_driver_learns_a_generated_task_and_exports(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/nli",
          f"--config_file={recipe}", "--mode=train_and_eval", f"--model_dir={run_dir}"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=_env(), timeout=400)
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Warm-started from" in result.stderr
-    accuracy = _validation_scalars(run_dir / "validation")["accuracy"]
+    accuracy = validation_scalars(run_dir / "validation")["accuracy"]
     assert accuracy > 0.6, f"validation accuracy {accuracy} (chance is 1/3)"
 
     export_dir = tmp_path / "export"
@@ -272,4 +269,4 @@ def test_recipes_load_and_config_errors_name_the_field():
                                  [str(REPO_DIR / "configs/nli_cross_lingual_base.yaml")])
     assert crossed.task.train_data.cross_lingual and not crossed.task.nli_head.hidden_sizes
     with pytest.raises(ValueError, match="task.nli_head.dropout_rate must be in"):
-        nli_task.build_head(nli_task.NLIHeadConfig(dropout_rate=1.5))
+        pair_classifier.build_head(pair_classifier.NLIHeadConfig(dropout_rate=1.5))

@@ -20,18 +20,18 @@ turns a batch of them into TF Hub input dicts for dual encoders.
 
 import dataclasses
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
 
 from cmlm_tf import configs, tokenization
+from cmlm_tf.data import pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
 
 FILE_TYPES = ("tsv", "tfrecord")
 _EXTENSIONS = {".tsv": "tsv", ".txt": "tsv", ".tfrecord": "tfrecord",
                ".tfrecords": "tfrecord", ".record": "tfrecord"}
-_ASCII_WHITESPACE = " \t\n\r\f\v"
 SOURCE_FEATURE, TARGET_FEATURE, NEGATIVES_FEATURE = "src_raw", "tgt_raw", "neg_raw"
 
 
@@ -78,20 +78,6 @@ def infer_file_type(files: Sequence[str], file_type: str = "",
     return kinds.pop()
 
 
-def _check_fields(fields: Sequence[bytes], needed: int) -> Optional[str]:
-    """Why a record's fields are malformed, or None."""
-    if len(fields) < needed:
-        return f"{len(fields)} field(s), expected at least {needed}"
-    for index, value in enumerate(fields[:needed]):
-        if not value.strip(_ASCII_WHITESPACE.encode()):
-            return f"field {index + 1} is empty"
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError:
-            return f"field {index + 1} is not valid UTF-8"
-    return None
-
-
 def _records_of(path: str, file_type: str):
     """(line or record number, fields) of one file, in the reader's field order."""
     if file_type == "tsv":
@@ -100,8 +86,8 @@ def _records_of(path: str, file_type: str):
                 yield number, line.rstrip(b"\r\n").split(b"\t")
         return
     compression = "GZIP" if path.endswith(".gz") else ""
-    records = tf.data.TFRecordDataset(path, compression_type=compression)
-    for number, raw in enumerate(records.as_numpy_iterator(), start=1):
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression)
+    for number, raw in enumerate(dataset.as_numpy_iterator(), start=1):
         try:
             feature = tf.train.Example.FromString(raw).features.feature
         except Exception:  # noqa: BLE001  (any undecodable record is malformed)
@@ -128,7 +114,7 @@ def scan_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
         try:
             for number, fields in _records_of(path, file_type):
                 stats.records += 1
-                problem = _check_fields(fields, needed)
+                problem = records.check_text_fields(fields, needed)
                 if problem is None:
                     stats.pairs += 1
                     continue
@@ -139,29 +125,16 @@ def scan_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
         except (OSError, tf.errors.OpError) as e:
             raise OSError(f"{path}: cannot read as {file_type} ({field}): "
                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    for example in stats.examples:
-        logging.warning("Skipping malformed bitext: %s", example)
-    if stats.malformed > len(stats.examples):
-        logging.warning("... %d malformed records in all", stats.malformed)
+    records.report_malformed("bitext", stats.examples, stats.malformed, "records")
     if stats.pairs == 0:
-        shown = ", ".join(files[:3]) + ("..." if len(files) > 3 else "")
-        raise ValueError(f"{field}: {shown} holds no valid {file_type} translation pair "
-                         f"({stats.records} records, {stats.malformed} malformed)")
+        raise records.no_valid_records(files, field, f"{file_type} translation pair",
+                                       stats.records, stats.malformed, "records")
     return stats
 
 
-def _valid(fields: tf.Tensor) -> tf.Tensor:
-    non_empty = tf.reduce_all(tf.strings.length(tf.strings.strip(fields)) > 0)
-    utf8 = tf.reduce_all(tf.equal(tokenization.valid_utf8(fields), fields))
-    return tf.logical_and(non_empty, utf8)
-
-
 def _parse_tsv_line(line: tf.Tensor, needed: int):
-    fields = tf.strings.split(tf.strings.regex_replace(line, "\r$", ""), "\t")
-    enough = tf.size(fields) >= needed
-    padded = tf.concat([fields, tf.fill([tf.maximum(needed - tf.size(fields), 0)], "")], 0)
-    kept = padded[:needed]
-    return tf.logical_and(enough, _valid(kept)), kept
+    count, kept = records.split_tsv_line(line, needed)
+    return tf.logical_and(count >= needed, records.valid_text_fields(kept)), kept
 
 
 def _parse_tfrecord(record: tf.Tensor, needed: int):
@@ -171,10 +144,8 @@ def _parse_tfrecord(record: tf.Tensor, needed: int):
         NEGATIVES_FEATURE: tf.io.VarLenFeature(tf.string)})
     negatives = tf.sparse.to_dense(parsed[NEGATIVES_FEATURE], default_value="")
     fields = tf.concat([[parsed[SOURCE_FEATURE], parsed[TARGET_FEATURE]], negatives], 0)
-    enough = tf.size(fields) >= needed
-    padded = tf.concat([fields, tf.fill([tf.maximum(needed - tf.size(fields), 0)], "")], 0)
-    kept = padded[:needed]
-    return tf.logical_and(enough, _valid(kept)), kept
+    count, kept = records.pad_fields(fields, needed)
+    return tf.logical_and(count >= needed, records.valid_text_fields(kept)), kept
 
 
 def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
@@ -261,6 +232,17 @@ def bitext_files(data_config, field: str = "task.train_data") -> BitextStats:
     return stats
 
 
+def bitext_sentences(data_config, field: str = "task.train_data") -> Iterator[str]:
+    """Yields both sentences of every valid pair of `data_config`'s files, once, in order
+    (e.g. to learn a joint vocabulary)."""
+    stats = bitext_files(data_config, field)
+    pairs = read_bitext(stats.files, stats.file_type, is_training=False)
+    for pair in pairs.batch(1024).as_numpy_iterator():
+        for side in ("source", "target"):
+            for sentence in pair[side]:
+                yield sentence.decode("utf-8")
+
+
 def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.TokenizerConfig,
                    input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
     """The dual-encoder input pipeline: batched, tokenised pairs with static shapes."""
@@ -268,18 +250,10 @@ def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.Toke
         raise ValueError(f"{field}.num_hard_negatives must be >= 0, got "
                          f"{data_config.num_hard_negatives}")
     stats = bitext_files(data_config, field)
-    batch_size = data_config.global_batch_size
-    if batch_size <= 0:
-        raise ValueError(f"{field}.global_batch_size must be positive, got {batch_size}")
-    if input_context:
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
-    is_training = bool(data_config.is_training)
     featurizer = BitextFeaturizer(tokenizer_config, data_config.seq_length)
     pairs = read_bitext(stats.files, stats.file_type, data_config.num_hard_negatives,
-                        input_context=input_context, is_training=is_training,
+                        input_context=input_context, is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
                         seed=data_config.seed)
-    batches = pairs.batch(batch_size, drop_remainder=data_config.drop_remainder or is_training)
-    batches = batches.map(featurizer, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=data_config.seed is not None or not is_training)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    return pipeline.batch_and_featurize(pairs, data_config, featurizer,
+                                        input_context=input_context, field=field)

@@ -4,6 +4,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from cmlm_tf.data import pipeline
+
 
 def list_files(input_path: Union[str, Sequence[str]], field: str = "input_path") -> List[str]:
     """Expands comma-separated paths and globs; a pattern matching nothing is an error."""
@@ -48,7 +50,7 @@ def interleave_files(files: Sequence[str], read_file: Callable[[tf.Tensor], tf.d
         dataset = dataset.shuffle(len(files), seed=seed).repeat()
     dataset = dataset.interleave(read_file, cycle_length=min(len(files), 8),
                                  num_parallel_calls=tf.data.AUTOTUNE,
-                                 deterministic=seed is not None or not is_training)
+                                 deterministic=pipeline.is_deterministic(seed, is_training))
     if shard_records:
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)

@@ -1,11 +1,19 @@
-"""BERT-style masking, shared by every masked-language-model objective (CMLM, MLM, TLM)."""
+"""BERT-style masking, shared by every masked-language-model objective (CMLM, MLM, TLM).
 
-from typing import Dict, Sequence, Tuple
+`mask_tokens` is the masking itself; `BatchMasker` is what a featurizer holds: the tokenizer,
+its special ids, the masking budget and a per-batch seed, so that a seeded pipeline masks
+every batch the same way on every run.
+"""
+
+from typing import Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
 
 from cmlm_tf import configs, tokenization
+
+# The special tokens masking never chooses, by their `get_special_tokens_dict` keys.
+MASKING_SPECIAL_KEYS = ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id")
 
 
 def mask_tokens(word_ids: tf.Tensor, input_mask: tf.Tensor, *, vocab_size: int,
@@ -101,8 +109,67 @@ def masking_tokenizer(
     """The tokenizer and its special-token ids, checked to hold every id masking needs."""
     tokenizer = tokenization.build_tokenizer(tokenizer_config)
     special = tokenization.special_token_ids(tokenizer)
-    for key in ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id"):
+    for key in MASKING_SPECIAL_KEYS:
         if key not in special:
             raise ValueError(f"{tokenizer_config.vocab_file}: vocabulary lacks the token "
                              f"for {key} ([CLS], [SEP], [PAD], [MASK])")
     return tokenizer, special
+
+
+def batch_seed(seed: Optional[int], batch_index=None) -> Optional[tf.Tensor]:
+    """The stateless seed, int64 [2], of batch `batch_index` (default 0) of a pipeline
+    seeded with `seed`; None when the pipeline is not seeded."""
+    if seed is None:
+        return None
+    return tf.stack([tf.constant(seed, tf.int64),
+                     tf.cast(batch_index if batch_index is not None else 0, tf.int64)])
+
+
+class BatchMasker:
+    """Masks batches of packed token ids as BERT does, reproducibly per batch.
+
+    Args:
+        tokenizer_config: `task.model.tokenizer`; its vocabulary must hold [CLS], [SEP],
+            [PAD] and [MASK].
+        max_predictions_per_seq, mask_ratio: the budget of `mask_tokens`.
+        seed: the pipeline's seed (`task.*_data.seed`); batch i is masked with
+            `batch_seed(seed, i)`. None draws fresh randomness.
+
+    Attributes:
+        tokenizer, special: the tokenizer layer and its special-token ids, for packing.
+
+    Call args:
+        word_ids, input_mask: int32 [batch, seq] of the packed sequences.
+        batch_index: int64 scalar, the batch's position in the stream.
+
+    Returns:
+        The dict of `mask_tokens`.
+    """
+
+    def __init__(self, tokenizer_config: configs.TokenizerConfig, max_predictions_per_seq: int,
+                 mask_ratio: float, seed: Optional[int] = None):
+        self.tokenizer, self.special = masking_tokenizer(tokenizer_config)
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.mask_ratio = mask_ratio
+        self.seed = seed
+
+    def __call__(self, word_ids: tf.Tensor, input_mask: tf.Tensor,
+                 batch_index=None) -> Dict[str, tf.Tensor]:
+        return mask_tokens(
+            word_ids, input_mask, vocab_size=int(self.special["vocab_size"]),
+            mask_id=self.special["mask_id"],
+            special_ids=[self.special[k] for k in MASKING_SPECIAL_KEYS],
+            max_predictions=self.max_predictions_per_seq, mask_ratio=self.mask_ratio,
+            seed=batch_seed(self.seed, batch_index))
+
+
+class MaskingFeaturizer:
+    """What a masked-LM featurizer holds: the tokenizer and its special ids (`tokenizer`,
+    `special`), the packed length `seq_length` and a `BatchMasker` (`masker`)."""
+
+    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
+                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
+        self.masker = BatchMasker(tokenizer_config, max_predictions_per_seq, mask_ratio,
+                                  seed=seed)
+        self.tokenizer, self.special = self.masker.tokenizer, self.masker.special
+        self.seq_length = seq_length

@@ -20,8 +20,8 @@ import tensorflow as tf
 from absl import logging
 
 from cmlm_tf import configs, tokenization
-from cmlm_tf.data import bitext, masking
-from cmlm_tf.data.files import list_files, shard_files
+from cmlm_tf.data import bitext, masking, pipeline
+from cmlm_tf.data.files import interleave_files, list_files
 from cmlm_tf.data.sentence_pairs import scan_corpus
 
 
@@ -44,17 +44,9 @@ class MLMTLMDataConfig(configs.TextDataConfig):
 def text_lines(files: Sequence[str], input_context=None, is_training: bool = True,
                shuffle_buffer_size: int = 10000, seed: Optional[int] = None) -> tf.data.Dataset:
     """Non-empty, stripped lines of text files; repeated and shuffled while training."""
-    files, shard_lines = shard_files(files, input_context)
-    dataset = tf.data.Dataset.from_tensor_slices(list(files))
-    if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed).repeat()
-    dataset = dataset.interleave(
-        lambda path: tf.data.TextLineDataset(path).map(tf.strings.strip),
-        cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=seed is not None or not is_training)
-    if shard_lines:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+    dataset = interleave_files(
+        files, lambda path: tf.data.TextLineDataset(path).map(tf.strings.strip),
+        input_context, is_training, seed)
     dataset = dataset.filter(lambda line: tf.strings.length(line) > 0)
     if is_training and shuffle_buffer_size > 1:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
@@ -92,21 +84,14 @@ def mixed_examples(lines: Optional[tf.data.Dataset], pairs: Optional[tf.data.Dat
     return tf.data.Dataset.sample_from_datasets(streams, weights=weights, seed=seed)
 
 
-class MLMTLMFeaturizer:
+class MLMTLMFeaturizer(masking.MaskingFeaturizer):
     """Tokenises, packs and masks a batch of `mixed_examples`, in one place.
 
     Output dict: `input_word_ids` (masked), `input_mask`, `input_type_ids` (int32
     [batch, seq_length]), `masked_lm_positions`, `masked_lm_ids` (int32), `masked_lm_weights`
     (float32) [batch, max_predictions_per_seq], and `is_tlm` float32 [batch] (1.0 for TLM).
+    Constructor arguments as `masking.MaskingFeaturizer`.
     """
-
-    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
-                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
-        self.tokenizer, self.special = masking.masking_tokenizer(tokenizer_config)
-        self.seq_length = seq_length
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_ratio = mask_ratio
-        self.seed = seed
 
     def __call__(self, examples: Dict[str, tf.Tensor], batch_index=None) -> Dict:
         first = self.tokenizer(tokenization.valid_utf8(examples["first"]))
@@ -114,17 +99,7 @@ class MLMTLMFeaturizer:
         packed = tokenization.pack_two_segments(
             first, second, self.seq_length, self.special["start_of_sequence_id"],
             self.special["end_of_segment_id"], self.special["padding_id"])
-        seed = None
-        if self.seed is not None:
-            seed = tf.stack([tf.constant(self.seed, tf.int64),
-                             tf.cast(batch_index if batch_index is not None else 0, tf.int64)])
-        masked = masking.mask_tokens(
-            packed["input_word_ids"], packed["input_mask"],
-            vocab_size=int(self.special["vocab_size"]), mask_id=self.special["mask_id"],
-            special_ids=[self.special[k] for k in ("start_of_sequence_id", "end_of_segment_id",
-                                                   "padding_id", "mask_id")],
-            max_predictions=self.max_predictions_per_seq, mask_ratio=self.mask_ratio,
-            seed=seed)
+        masked = self.masker(packed["input_word_ids"], packed["input_mask"], batch_index)
         return dict(packed, **masked, is_tlm=tf.cast(examples["is_tlm"], tf.float32))
 
 
@@ -151,17 +126,9 @@ def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
                                    shuffle_buffer_size=bitext_config.shuffle_buffer_size,
                                    seed=data_config.seed)
     examples = mixed_examples(lines, pairs, fraction, seed=data_config.seed)
-    batch_size = data_config.global_batch_size
-    if batch_size <= 0:
-        raise ValueError(f"{field}.global_batch_size must be positive, got {batch_size}")
-    if input_context:
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
     featurizer = MLMTLMFeaturizer(tokenizer_config, data_config.seq_length,
                                   data_config.max_predictions_per_seq, data_config.mask_ratio,
                                   seed=data_config.seed)
-    batches = examples.batch(batch_size,
-                             drop_remainder=data_config.drop_remainder or is_training)
-    batches = batches.enumerate().map(
-        lambda i, batch: featurizer(batch, i), num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=data_config.seed is not None)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    return pipeline.batch_and_featurize(examples, data_config, featurizer,
+                                        input_context=input_context, field=field,
+                                        with_batch_index=True)

@@ -29,12 +29,12 @@ import tensorflow as tf
 from absl import logging
 
 from cmlm_tf import configs, tokenization
+from cmlm_tf.data import pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
 
 # XNLI's machine-translated training files spell the third class `contradictory`.
 LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2, "contradictory": 2,
              "0": 0, "1": 1, "2": 2}
-_ASCII_WHITESPACE = " \t\n\r\f\v"
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ class NLIStats:
 def parse_label(value: bytes) -> Optional[int]:
     """The class id of a label field, or None when it is not a known label."""
     try:
-        return LABEL_IDS.get(value.decode("utf-8").strip(_ASCII_WHITESPACE).lower())
+        return LABEL_IDS.get(value.decode("utf-8").strip(records.ASCII_WHITESPACE).lower())
     except UnicodeDecodeError:
         return None
 
@@ -72,15 +72,9 @@ def parse_label(value: bytes) -> Optional[int]:
 def check_line(line: bytes):
     """(label id, None) for a valid line, else (None, why it is malformed)."""
     fields = line.rstrip(b"\r\n").split(b"\t")
-    if len(fields) < 3:
-        return None, f"{len(fields)} field(s), expected at least 3"
-    for index, value in enumerate(fields[:2]):
-        if not value.strip(_ASCII_WHITESPACE.encode()):
-            return None, f"field {index + 1} is empty"
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None, f"field {index + 1} is not valid UTF-8"
+    problem = records.check_text_fields(fields, 3, text_fields=2)
+    if problem:
+        return None, problem
     label = parse_label(fields[2])
     if label is None:
         return None, f"unknown label {fields[2][:40]!r}"
@@ -138,14 +132,10 @@ def scan_nli(files: Sequence[str], cross_lingual: bool = False, field: str = "in
                 else:
                     stats.examples += 1
                     stats.labels[label] += 1
-    for problem in stats.problems:
-        logging.warning("Skipping malformed NLI example: %s", problem)
-    if stats.malformed > len(stats.problems):
-        logging.warning("... %d malformed NLI lines in all", stats.malformed)
+    records.report_malformed("NLI example", stats.problems, stats.malformed, "NLI lines")
     if stats.examples == 0:
-        shown = ", ".join(files[:3]) + ("..." if len(files) > 3 else "")
-        raise ValueError(f"{field}: {shown} holds no valid NLI example ({stats.records} "
-                         f"lines, {stats.malformed} malformed)")
+        raise records.no_valid_records(files, field, "NLI example", stats.records,
+                                       stats.malformed, "lines")
     return stats
 
 
@@ -158,15 +148,10 @@ def _label_table() -> tf.lookup.StaticHashTable:
 
 def _parse_line(line: tf.Tensor, labels: tf.lookup.StaticHashTable):
     """(valid, premise, hypothesis, label, premise_language, hypothesis_language)."""
-    fields = tf.strings.split(tf.strings.regex_replace(line, "\r$", ""), "\t")
-    padded = tf.concat([fields, tf.fill([tf.maximum(5 - tf.size(fields), 0)], "")], 0)
+    count, padded = records.split_tsv_line(line, 5)
     texts = padded[:2]
     label = labels.lookup(tf.strings.lower(tf.strings.strip(padded[2])))
-    valid = tf.reduce_all([
-        tf.size(fields) >= 3,
-        tf.reduce_all(tf.strings.length(tf.strings.strip(texts)) > 0),
-        tf.reduce_all(tf.equal(tokenization.valid_utf8(texts), texts)),
-        label >= 0])
+    valid = tf.reduce_all([count >= 3, records.valid_text_fields(texts), label >= 0])
     return (valid, tf.strings.strip(texts[0]), tf.strings.strip(texts[1]), label,
             tf.strings.strip(padded[3]), tf.strings.strip(padded[4]))
 
@@ -233,7 +218,7 @@ def _aligned_examples(files: Sequence[str], labels, is_training: bool,
                     "hypothesis_language": names[hypothesis_index]}
 
     dataset = dataset.map(pick, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=seed is not None or not is_training)
+                          deterministic=pipeline.is_deterministic(seed, is_training))
     return dataset.filter(lambda ok, example: ok).map(lambda ok, example: example)
 
 
@@ -271,19 +256,10 @@ def nli_dataset(data_config: NLIDataConfig, tokenizer_config: configs.TokenizerC
                 input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
     """The NLI input pipeline: batched, tokenised pairs with static shapes."""
     stats = nli_files(data_config, field)
-    batch_size = data_config.global_batch_size
-    if batch_size <= 0:
-        raise ValueError(f"{field}.global_batch_size must be positive, got {batch_size}")
-    if input_context:
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
-    is_training = bool(data_config.is_training)
     examples = read_nli(stats.files, data_config.cross_lingual, input_context=input_context,
-                        is_training=is_training,
+                        is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
                         seed=data_config.seed)
-    batches = examples.batch(batch_size,
-                             drop_remainder=data_config.drop_remainder or is_training)
-    batches = batches.map(NLIFeaturizer(tokenizer_config, data_config.seq_length),
-                          num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=data_config.seed is not None or not is_training)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    return pipeline.batch_and_featurize(
+        examples, data_config, NLIFeaturizer(tokenizer_config, data_config.seq_length),
+        input_context=input_context, field=field)

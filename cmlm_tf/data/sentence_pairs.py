@@ -12,7 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from cmlm_tf import configs, tokenization
-from cmlm_tf.data import masking
+from cmlm_tf.data import masking, pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
 
 
@@ -23,6 +23,19 @@ class CorpusStats:
     documents: int = 0
     pairs: int = 0
     single_sentence_documents: int = 0
+
+
+@dataclasses.dataclass
+class CMLMDataConfig(configs.TextDataConfig):
+    """s1 and s2 are each up to `seq_length` tokens. Per s2, min(`max_predictions_per_seq`,
+    round(`mask_ratio` · maskable tokens)) tokens are predicted (paper: 80 of 256; set
+    `mask_ratio: 1.0` for the fixed count)."""
+
+    seq_length: int = 256
+    max_predictions_per_seq: int = 80
+    mask_ratio: float = 0.3125
+    swap_probability: float = 0.5
+    shuffle_buffer_size: int = 10000
 
 
 def scan_corpus(files: Sequence[str], field: str = "input_path") -> CorpusStats:
@@ -44,8 +57,8 @@ def scan_corpus(files: Sequence[str], field: str = "input_path") -> CorpusStats:
         stats = _close_document(stats, run)
     if stats.pairs == 0:
         raise ValueError(
-            f"{field}: {', '.join(files[:3])}{'...' if len(files) > 3 else ''} holds no pair of "
-            "consecutive sentences (empty files, or only one-sentence documents)")
+            f"{field}: {records.describe_files(files)} holds no pair of consecutive sentences "
+            "(empty files, or only one-sentence documents)")
     return stats
 
 
@@ -89,21 +102,14 @@ def _maybe_swap(index, pair, probability, seed):
     return tf.where(swap, s2, s1), tf.where(swap, s1, s2)
 
 
-class ConditionalMLMFeaturizer:
+class ConditionalMLMFeaturizer(masking.MaskingFeaturizer):
     """Tokenises batches of (s1, s2) and masks s2, in one place for training and tests.
 
     Output dict: `sentence1` (TF Hub input dict of s1), `sentence2` (the same for masked s2),
     `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`. All shapes are static:
-    [batch, seq_length] and [batch, max_predictions_per_seq].
+    [batch, seq_length] and [batch, max_predictions_per_seq]. Constructor arguments as
+    `masking.MaskingFeaturizer`.
     """
-
-    def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
-                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
-        self.tokenizer, self.special = masking.masking_tokenizer(tokenizer_config)
-        self.seq_length = seq_length
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_ratio = mask_ratio
-        self.seed = seed
 
     def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
         return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
@@ -112,42 +118,27 @@ class ConditionalMLMFeaturizer:
     def __call__(self, s1: tf.Tensor, s2: tf.Tensor, batch_index=None) -> Dict:
         first = self.pack(s1)
         second = self.pack(s2)
-        seed = None
-        if self.seed is not None:
-            seed = tf.stack([tf.constant(self.seed, tf.int64),
-                             tf.cast(batch_index if batch_index is not None else 0, tf.int64)])
-        masked = masking.mask_tokens(
-            second["input_word_ids"], second["input_mask"],
-            vocab_size=int(self.special["vocab_size"]), mask_id=self.special["mask_id"],
-            special_ids=[self.special[k] for k in ("start_of_sequence_id", "end_of_segment_id",
-                                                   "padding_id", "mask_id")],
-            max_predictions=self.max_predictions_per_seq, mask_ratio=self.mask_ratio,
-            seed=seed)
+        masked = self.masker(second["input_word_ids"], second["input_mask"], batch_index)
         second = dict(second, input_word_ids=masked.pop("input_word_ids"))
         return {"sentence1": first, "sentence2": second, **masked}
 
 
-def cmlm_dataset(data_config, tokenizer_config: configs.TokenizerConfig,
-                 input_context=None) -> tf.data.Dataset:
-    """The CMLM input pipeline for `task.train_data` / `task.validation_data`."""
-    files = list_files(data_config.input_path)
-    stats = scan_corpus(files)
+def cmlm_dataset(data_config: CMLMDataConfig, tokenizer_config: configs.TokenizerConfig,
+                 input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
+    """The CMLM input pipeline for `task.train_data` / `task.validation_data` (`field`)."""
+    files = list_files(data_config.input_path, field=f"{field}.input_path")
+    stats = scan_corpus(files, field=f"{field}.input_path")
     logging.info("CMLM corpus: %d files, %d documents, %d sentence pairs, %d one-sentence "
                  "documents skipped", len(files), stats.documents, stats.pairs,
                  stats.single_sentence_documents)
-    batch_size = data_config.global_batch_size
-    if input_context:
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
-    is_training = bool(data_config.is_training)
     featurizer = ConditionalMLMFeaturizer(
         tokenizer_config, data_config.seq_length, data_config.max_predictions_per_seq,
         data_config.mask_ratio, seed=data_config.seed)
-    pairs = sentence_pairs(files, input_context=input_context, is_training=is_training,
+    pairs = sentence_pairs(files, input_context=input_context,
+                           is_training=bool(data_config.is_training),
                            shuffle_buffer_size=data_config.shuffle_buffer_size,
                            swap_probability=data_config.swap_probability,
                            seed=data_config.seed)
-    batches = pairs.batch(batch_size, drop_remainder=data_config.drop_remainder or is_training)
-    batches = batches.enumerate().map(
-        lambda i, pair: featurizer(pair[0], pair[1], i), num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=data_config.seed is not None)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    return pipeline.batch_and_featurize(
+        pairs, data_config, lambda pair, index: featurizer(pair[0], pair[1], index),
+        input_context=input_context, field=field, with_batch_index=True)

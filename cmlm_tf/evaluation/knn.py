@@ -13,8 +13,16 @@ import numpy as np
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 
 
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """x / ‖x‖ along the last axis of float [..., dim] (a zero row stays zero), in the input's
+    dtype: the one NumPy L2 normalisation (tensors have `cmlm_tf.vectors.l2_normalize`)."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.where(norms > 0, norms, 1).astype(vectors.dtype)
+
+
 def normalize(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalises rows (zero rows stay zero); keeps float32/float64, else float32.
+    """L2-normalises the rows of an evaluation matrix [n, dim] (zero rows stay zero); keeps
+    float32/float64, else float32.
 
     Rows already of unit length (to float32 rounding) are returned as they are, without a
     copy, so large normalised inputs are not duplicated in memory.
@@ -27,7 +35,7 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     if np.all(np.abs(norms - 1) <= 1e-6):
         return vectors
-    return vectors / np.where(norms > 0, norms, 1).astype(vectors.dtype)
+    return l2_normalize(vectors)
 
 
 def block_rows(num_keys: int, itemsize: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:

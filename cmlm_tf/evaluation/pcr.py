@@ -19,6 +19,8 @@ from typing import Dict, Iterable, Mapping, Optional
 
 import numpy as np
 
+from cmlm_tf.evaluation import knn
+
 FILE_FORMAT = "cmlm_tf_pcr"
 FILE_VERSION = 1
 
@@ -49,8 +51,7 @@ def remove_component(embeddings: np.ndarray, component: np.ndarray,
     projected = vectors.astype(np.float64) @ component
     removed = vectors.astype(np.float64) - projected[..., None] * component
     if renormalize:
-        norms = np.linalg.norm(removed, axis=-1, keepdims=True)
-        removed = removed / np.where(norms > 0, norms, 1)
+        removed = knn.l2_normalize(removed)
     return removed.astype(dtype)
 
 

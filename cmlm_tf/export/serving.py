@@ -12,17 +12,13 @@ import tensorflow as tf
 from cmlm_tf import tokenization
 from cmlm_tf.modeling.inference_forward import InferenceForward
 from cmlm_tf.modeling.sentence_encoder import INPUT_KEYS
+from cmlm_tf.vectors import l2_normalize
 
 SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name="sentences")
 TOKEN_ID_SPECS = [tf.TensorSpec([None, None], tf.int32, name=key) for key in INPUT_KEYS]
 # The exported signatures: name -> (inputs, outputs).
 SIGNATURES = {"serving_default": (["sentences"], ["embeddings"]),
               "from_token_ids": (list(INPUT_KEYS), ["embeddings"])}
-
-
-def l2_normalize(vectors: tf.Tensor) -> tf.Tensor:
-    """Rows scaled to unit L2 norm (a zero row stays zero), as the encoder's `default`."""
-    return tf.math.l2_normalize(vectors, axis=-1, epsilon=1e-12)
 
 
 class ServingModule(tf.Module):

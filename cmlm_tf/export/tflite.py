@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from cmlm_tf import tokenization
 from cmlm_tf.export import serving as serving_lib
+from cmlm_tf.vectors import l2_normalize
 
 QUANTIZATIONS = ("float32", "int8")
 
@@ -41,7 +42,7 @@ def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
                 module.seq_length, replace_invalid_utf8=False)
             pooled = module.forward(tokens["input_word_ids"], tokens["input_mask"],
                                     tokens["input_type_ids"])
-            return {"embeddings": serving_lib.l2_normalize(pooled)}
+            return {"embeddings": l2_normalize(pooled)}
 
         functions["serving_default"] = serving_default
     return functions

@@ -1,1 +1,9 @@
-"""Training losses shared by the cmlm_tf objectives."""
+"""Training losses, one file per idea, each docstring a small user page.
+
+- `masked_lm`: cross-entropy over masked positions (CMLM, MLM, TLM);
+- `margin_softmax`: bidirectional additive-margin softmax (translation ranking, LaBSE);
+- `info_nce`: InfoNCE against a queue (dual momentum contrast);
+- `pair_classification`: NLI cross-entropy over [u, v, |u − v|, u ∗ v] logits;
+- `gaussian_kl`, `sequence_nll`: the KL and reconstruction / translation terms of BGT;
+- `cross_replica`: the all-gather behind losses with global-batch negatives.
+"""

@@ -21,16 +21,37 @@ gives exactly the loss and gradients of one device holding the whole global batc
 must have the same static size on every replica (`drop_remainder`).
 """
 
-from typing import Dict, Optional
+import dataclasses
+from typing import Dict, Mapping, Optional
 
 import tensorflow as tf
 import tf_keras
+from official.modeling import hyperparams
 
 from cmlm_tf.losses import cross_replica
+from cmlm_tf.vectors import l2_normalize
 
 
-def _normalize(x: tf.Tensor) -> tf.Tensor:
-    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
+@dataclasses.dataclass
+class MarginSoftmaxConfig(hyperparams.Config):
+    """The translation-ranking loss (LaBSE: margin 0.3, scale 100, both directions).
+
+    `mask_duplicates`: leave pairs whose source or target text repeats a row's out of that
+    row's negatives (they are translations of it, not negatives).
+    """
+
+    margin: float = 0.3
+    scale: float = 100.0
+    bidirectional: bool = True
+    mask_duplicates: bool = True
+
+
+# What a translation-ranking run reports (metric name -> the `ranking_losses` entry it
+# averages): in-batch top-1 accuracy both ways, the mean positive cosine and the loss.
+METRICS = {"source_to_target_accuracy": "source_to_target_correct",
+           "target_to_source_accuracy": "target_to_source_correct",
+           "positive_cosine": "positive_cosine",
+           "ranking_loss": "ranking_loss"}
 
 
 def _masked_logits(similarity, positive, duplicates, margin, scale):
@@ -72,8 +93,8 @@ def additive_margin_softmax_loss(
         `target_to_source_correct` (float [batch]: whether the positive has the top logit),
         `positive_cosine` [batch].
     """
-    source = _normalize(source)
-    target = _normalize(target)
+    source = l2_normalize(source, tf.float32)
+    target = l2_normalize(target, tf.float32)
     local_batch = tf.shape(source)[0]
     offset = cross_replica.replica_offset(local_batch)
     labels = offset + tf.range(local_batch)
@@ -95,7 +116,7 @@ def additive_margin_softmax_loss(
     row_positive = positive
     row_duplicates = duplicates
     if hard_negatives is not None:
-        all_negatives = cross_replica.all_gather(_normalize(hard_negatives))
+        all_negatives = cross_replica.all_gather(l2_normalize(hard_negatives, tf.float32))
         num_negatives = tf.shape(all_negatives)[0]
         columns = tf.concat([all_target, all_negatives], axis=0)
         row_positive = tf.concat([positive, tf.zeros([local_batch, num_negatives])], axis=1)
@@ -126,6 +147,30 @@ def additive_margin_softmax_loss(
 def _is_top(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     best = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return tf.cast(tf.equal(best, labels), tf.float32)
+
+
+def ranking_losses(config: MarginSoftmaxConfig, inputs: Mapping[str, tf.Tensor],
+                   embeddings: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """`additive_margin_softmax_loss` as `config` sets it, for a bitext batch.
+
+    Args:
+        config: `task.margin_softmax`.
+        inputs: the `BitextFeaturizer` batch; its `source_id` / `target_id` fingerprints
+            mask duplicates when `config.mask_duplicates`.
+        embeddings: float [rows, dim] `source`, `target` and optionally `hard_negatives`.
+
+    Returns:
+        The dict of `additive_margin_softmax_loss`, plus `ranking_loss` (the same scalar as
+        `loss`).
+    """
+    use_ids = config.mask_duplicates and "source_id" in inputs
+    losses = additive_margin_softmax_loss(
+        embeddings["source"], embeddings["target"], margin=config.margin, scale=config.scale,
+        hard_negatives=embeddings.get("hard_negatives"),
+        source_ids=inputs["source_id"] if use_ids else None,
+        target_ids=inputs["target_id"] if use_ids else None,
+        bidirectional=config.bidirectional)
+    return dict(losses, ranking_loss=losses["loss"])
 
 
 @tf_keras.utils.register_keras_serializable(package="cmlm_tf")

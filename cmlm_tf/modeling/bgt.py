@@ -35,55 +35,13 @@ import tensorflow as tf
 import tf_keras
 
 from cmlm_tf import configs
+from cmlm_tf.losses.gaussian_kl import gaussian_kl
 from cmlm_tf.modeling import layers
 from cmlm_tf.modeling.sentence_encoder import SentenceEncoder
 
 SIDES = ("source", "target")
 RECONSTRUCTION_DECODERS = ("source_reconstruction", "target_reconstruction")
 TRANSLATION_DECODERS = ("source_to_target", "target_to_source")
-
-
-def gaussian_kl(mean: tf.Tensor, log_variance: tf.Tensor) -> tf.Tensor:
-    """KL(N(mean, exp(log_variance)) || N(0, I)) = -1/2 sum(1 + log s^2 - m^2 - s^2).
-
-    Args:
-        mean, log_variance: float [batch, latent_dim].
-
-    Returns:
-        float [batch], summed over the latent dimensions.
-    """
-    return -0.5 * tf.reduce_sum(
-        1.0 + log_variance - tf.square(mean) - tf.exp(log_variance), axis=-1)
-
-
-def kl_weight(step, anneal_steps: int) -> tf.Tensor:
-    """beta, rising linearly from 0 at step 0 to 1 at `anneal_steps`, then 1 (scalar float)."""
-    if anneal_steps <= 0:
-        return tf.constant(1.0)
-    step = tf.cast(step, tf.float32)
-    return tf.minimum(step / float(anneal_steps), 1.0)
-
-
-def sequence_nll(logits: tf.Tensor, targets: tf.Tensor, weights: tf.Tensor,
-                 label_smoothing: float = 0.0) -> tf.Tensor:
-    """Negative log-likelihood of each target sequence, optionally label-smoothed.
-
-    With smoothing e, each token's loss is (1 - e) * -log p(target) + e * mean_v -log p(v).
-
-    Args:
-        logits: float [batch, length, vocab].
-        targets: int [batch, length].
-        weights: float [batch, length]; 1 for real tokens, 0 for padding.
-
-    Returns:
-        float [batch]: the token losses summed over each sequence.
-    """
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    token_nll = -tf.gather(log_probs, tf.cast(targets, tf.int32), batch_dims=2)
-    if label_smoothing:
-        uniform_nll = -tf.reduce_mean(log_probs, axis=-1)
-        token_nll = (1.0 - label_smoothing) * token_nll + label_smoothing * uniform_nll
-    return tf.reduce_sum(token_nll * tf.cast(weights, token_nll.dtype), axis=-1)
 
 
 def active_units(means: tf.Tensor, threshold: float = 0.01) -> tf.Tensor:

@@ -5,12 +5,31 @@ sentence vector v of s1 is projected into N vectors, which are appended to the t
 embeddings of masked s2; the same encoder must then predict s2's masked tokens.
 """
 
+import dataclasses
+
 import tensorflow as tf
 import tf_keras
+from official.modeling import hyperparams
 
 from cmlm_tf import configs
 from cmlm_tf.modeling import layers
 from cmlm_tf.modeling.sentence_encoder import SentenceEncoder
+
+
+@dataclasses.dataclass
+class CMLMHeadConfig(hyperparams.Config):
+    """`num_projections`: N conditioning vectors (paper: 15); one of them is v itself."""
+
+    num_projections: int = 15
+    mlm_activation: str = "gelu_exact"
+    dense_type_id: int = 0
+
+
+@dataclasses.dataclass
+class CMLMModelConfig(configs.SentenceModelConfig):
+    """`task.model` of the CMLM experiments: the shared encoder plus `cmlm`, the CMLM head."""
+
+    cmlm: CMLMHeadConfig = dataclasses.field(default_factory=CMLMHeadConfig)
 
 
 @tf_keras.utils.register_keras_serializable(package="cmlm_tf")
@@ -113,3 +132,19 @@ class ConditionalMLM(tf_keras.Model):
         sequence = self.encoder(second, training=training)["sequence_output"]
         logits = self.mlm_head(sequence, masked_positions=inputs["masked_lm_positions"])
         return {"mlm_logits": logits, "sentence_vector": sentence_vector}
+
+
+def build_conditional_mlm(model_config: CMLMModelConfig, seq_length: int) -> ConditionalMLM:
+    """The CMLM model of `task.model`, checked against `task.train_data.seq_length`."""
+    configs.validate_model_config(model_config)
+    encoder = model_config.encoder
+    needed = seq_length + model_config.cmlm.num_projections
+    if needed > encoder.max_position_embeddings:
+        raise ValueError(
+            f"task.model.encoder.max_position_embeddings ({encoder.max_position_embeddings}"
+            f") must cover task.train_data.seq_length + task.model.cmlm.num_projections "
+            f"({needed})")
+    return ConditionalMLM(
+        encoder, model_config.cmlm.num_projections,
+        mlm_activation=model_config.cmlm.mlm_activation,
+        dense_type_id=model_config.cmlm.dense_type_id)

@@ -9,7 +9,7 @@ ops on weights laid out for it, and this module builds that forward from a live
   query part pre-scaled by 1 / sqrt(head_dim);
 - everything else is the encoder's own computation: embeddings, LayerNorm, attention with
   BERT's additive padding bias, the feed-forward layer with the encoder's activation
-  (`layers.get_activation`), the encoder's pooling (`layers.SequencePooling`) and projection;
+  (`layers.get_activation`), the encoder's pooling (`layers.pool`) and projection;
 - with `precision="bfloat16"` the matmul inputs (bfloat16 copies of the kernels, made here
   once) and the feed-forward bias + activation are bfloat16; the residual stream, LayerNorm
   statistics, softmax and pooling stay float32.
@@ -123,7 +123,6 @@ class InferenceForward(tf.Module):
             self.projection = (_constant_variable(encoder.projection.kernel),
                                _constant_variable(encoder.projection.bias))
         self._activation = layers.get_activation(config.hidden_activation)
-        self._pooler = layers.SequencePooling(config.pooling)
 
     @property
     def output_dim(self) -> int:
@@ -170,7 +169,7 @@ class InferenceForward(tf.Module):
             output = tf.cast(tf.matmul(inner, weights["output_kernel"]), tf.float32)
             x, x_compute = _layer_norm(output + layer.output_bias + x, layer.output_norm,
                                        layer.epsilon, compute)
-        pooled = self._pooler(tf.reshape(x, [batch, seq, width]), mask)
+        pooled = layers.pool(tf.reshape(x, [batch, seq, width]), mask, self.pooling)
         if self.projection is not None:
             pooled = tf.matmul(pooled, self.projection[0]) + self.projection[1]
         return pooled

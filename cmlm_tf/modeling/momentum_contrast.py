@@ -25,6 +25,7 @@ from cmlm_tf import configs
 from cmlm_tf.modeling import dual_encoder, pair_classifier
 from cmlm_tf.modeling.momentum_queue import MomentumQueue, momentum_update, replicated_state
 from cmlm_tf.modeling.sentence_encoder import SentenceEncoder
+from cmlm_tf.vectors import l2_normalize
 
 
 def _build_key_encoder(config: configs.EncoderConfig, name: str) -> SentenceEncoder:
@@ -48,10 +49,6 @@ def _matched_weights(key: tf_keras.Model, query: tf_keras.Model):
         raise ValueError(f"{key.name} and {query.name} do not have the same variables")
     paths = sorted(queries)
     return [keys[p] for p in paths], [queries[p] for p in paths]
-
-
-def _normalized(vectors: tf.Tensor) -> tf.Tensor:
-    return tf.math.l2_normalize(tf.cast(vectors, tf.float32), axis=-1)
 
 
 class DualMomentumContrast(tf_keras.Model):
@@ -138,7 +135,7 @@ class DualMomentumContrast(tf_keras.Model):
         else:
             pooled = {side: encoder(sides[side], training=training)["pooled_output"]
                       for side, encoder in zip(("source", "target"), encoders)}
-        return {side: _normalized(vectors) for side, vectors in pooled.items()}
+        return {side: l2_normalize(vectors, tf.float32) for side, vectors in pooled.items()}
 
     def _negative_mask(self, inputs: Dict, source_queue: Dict, target_queue: Dict):
         mask = source_queue["filled"][tf.newaxis, :]

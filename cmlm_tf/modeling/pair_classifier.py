@@ -7,10 +7,12 @@ momentum contrast (appendix B) a 2-layer MLP (256 hidden, ReLU, dropout 0.1). Th
 trained through the head.
 """
 
-from typing import Dict, Sequence
+import dataclasses
+from typing import Dict, List, Sequence
 
 import tensorflow as tf
 import tf_keras
+from official.modeling import hyperparams
 
 from cmlm_tf import configs
 from cmlm_tf.modeling import dual_encoder
@@ -78,6 +80,33 @@ class PairClassifierHead(tf_keras.layers.Layer):
                 "hidden_sizes": self.hidden_sizes, "activation": self.activation,
                 "dropout_rate": self.dropout_rate,
                 "initializer_range": self.initializer_range}
+
+
+@dataclasses.dataclass
+class NLIHeadConfig(hyperparams.Config):
+    """The pair head on [u, v, |u − v|, u ∗ v].
+
+    `hidden_sizes`: hidden layer widths; empty for a linear classifier (CMLM), `[256]` for the
+        MLP of dual momentum contrast.
+    """
+
+    hidden_sizes: List[int] = dataclasses.field(default_factory=list)
+    activation: str = "relu"
+    dropout_rate: float = 0.1
+
+
+def build_head(config: NLIHeadConfig, initializer_range: float = 0.02,
+               field: str = "task.nli_head") -> PairClassifierHead:
+    """The NLI head of `config` (at `field` in the experiment), checked first."""
+    if any(size <= 0 for size in config.hidden_sizes):
+        raise ValueError(f"{field}.hidden_sizes must be positive, got "
+                         f"{list(config.hidden_sizes)}")
+    if not 0.0 <= config.dropout_rate < 1.0:
+        raise ValueError(f"{field}.dropout_rate must be in [0, 1), got {config.dropout_rate}")
+    return PairClassifierHead(
+        num_classes=len(NLI_LABELS), hidden_sizes=config.hidden_sizes,
+        activation=config.activation, dropout_rate=config.dropout_rate,
+        initializer_range=initializer_range, name="nli_head")
 
 
 def classify_pairs(encoder: tf_keras.Model, head: PairClassifierHead, features: Dict,

@@ -1,12 +1,15 @@
-"""What every cmlm_tf task shares: warm starts and a train step that computes losses once."""
+"""What every cmlm_tf task shares: warm starts, the run's SentencePiece model and a train
+step that computes losses once."""
 
-from typing import Dict, Optional
+import os
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
 from absl import logging
 from official.core import base_task
 
+from cmlm_tf import tokenization
 from cmlm_tf.modeling import sentence_encoder
 from cmlm_tf.tasks import dev_eval
 
@@ -32,8 +35,42 @@ def warm_start(model: tf_keras.Model, path: str) -> None:
     logging.info("Warm-started from %s (encoder%s)", prefix, "".join(", " + k for k in extra))
 
 
+def data_field(data_config) -> str:
+    """Where a task's `build_inputs` config sits, for error messages: `task.train_data` or
+    `task.validation_data`."""
+    return "task.train_data" if data_config.is_training else "task.validation_data"
+
+
+def with_run_sentencepiece(task_config, model_dir: Optional[str]):
+    """`task_config` using the SentencePiece model its run learned, when it names none.
+
+    With `task.model.tokenizer.type: sentencepiece`, an empty `sp_model_file` and a
+    `MODEL_DIR/sp.model` (written by the driver's `cmlm_tf.train.prepare_vocabulary`), returns
+    a copy that names that file and sets `task.model.encoder.vocab_size` to its piece count;
+    otherwise `task_config` itself. Reads only: nothing is trained or written.
+    """
+    tokenizer = task_config.model.tokenizer
+    if tokenizer.type != "sentencepiece" or tokenizer.sp_model_file or not model_dir:
+        return task_config
+    sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
+    if not tf.io.gfile.exists(sp_model_file):
+        return task_config
+    vocab_size = tokenization.special_token_ids(tokenization.build_tokenizer(
+        tokenizer.replace(sp_model_file=sp_model_file)))["vocab_size"]
+    if vocab_size != task_config.model.encoder.vocab_size:
+        logging.info("task.model.encoder.vocab_size: %d -> %d (the SentencePiece model's)",
+                     task_config.model.encoder.vocab_size, vocab_size)
+    task_config = task_config.replace(model={"tokenizer": {"sp_model_file": sp_model_file},
+                                             "encoder": {"vocab_size": vocab_size}})
+    task_config.lock()
+    return task_config
+
+
 class _SentenceSteps(base_task.Task):
     """Train and validation steps around `compute_losses`; see `SentenceTask`."""
+
+    # Metric name -> the `compute_losses` entry it averages, where the two names differ.
+    metric_sources: Mapping[str, str] = {}
 
     def initialize(self, model: tf_keras.Model):
         warm_start(model, self.task_config.init_checkpoint)
@@ -42,10 +79,11 @@ class _SentenceSteps(base_task.Task):
         raise NotImplementedError
 
     def update_metrics(self, metrics, inputs, outputs, losses: Dict[str, tf.Tensor]):
-        by_name = {m.name: m for m in metrics}
-        for name, value in losses.items():
-            if name in by_name:
-                by_name[name].update_state(value)
+        """Updates each metric with the `losses` entry of its name (or `metric_sources`')."""
+        for metric in metrics:
+            source = self.metric_sources.get(metric.name, metric.name)
+            if source in losses:
+                metric.update_state(losses[source])
 
     def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
         loss = self.compute_losses(labels, model_outputs)["loss"]
@@ -92,7 +130,23 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
 
     Subclasses implement `compute_losses(inputs, outputs) -> dict` with a scalar `loss`
     (this replica's mean; the step divides by the number of replicas) plus any per-example
-    or scalar terms their `update_metrics` reads. Cross-replica losses may all-gather
-    inside `compute_losses`: both steps call it in the replica context. Evaluations also
-    report the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_eval`).
+    or scalar terms their metrics read: `build_metrics` names the metrics, and each is
+    updated with the entry of its name (or of `metric_sources[name]`); a subclass that needs
+    more overrides `update_metrics`. Cross-replica losses may all-gather inside
+    `compute_losses`: both steps call it in the replica context. Evaluations also report
+    the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_eval`).
+
+    A SentencePiece tokenizer without `sp_model_file` uses the run's `MODEL_DIR/sp.model`
+    (`with_run_sentencepiece`); a task that can learn one says from what text in
+    `sentencepiece_corpus`, and the driver learns it before the run starts.
     """
+
+    def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None):
+        super().__init__(with_run_sentencepiece(params, logging_dir), logging_dir=logging_dir,
+                         name=name)
+
+    @classmethod
+    def sentencepiece_corpus(cls, task_config) -> Optional[Tuple[Iterable[str], int]]:
+        """What to learn the run's SentencePiece model from when `task_config` names none:
+        (the training sentences, the most pieces), or None when this task learns none."""
+        return None

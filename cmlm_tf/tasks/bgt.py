@@ -7,30 +7,29 @@ the batch, the scale of the ELBO):
            + label-smoothed (0.1) translation NLL (BILINGUALTRANS),
 
 with beta rising linearly from 0 to 1 over `task.bgt.kl_anneal_steps` training steps
-(`cmlm_tf.modeling.bgt` has the model and the equations). Evaluation reports the full ELBO
-terms with beta = 1.
+(`cmlm_tf.modeling.bgt` has the model; `cmlm_tf.losses.sequence_nll` and
+`cmlm_tf.losses.gaussian_kl` the terms). Evaluation reports the full ELBO terms with beta = 1.
 
-Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, a
-joint SentencePiece model of at most `task.sp_vocab_size` pieces is trained on both sides
-of `task.train_data` at start-up, written to `MODEL_DIR/sp.model` (reused when the run
-resumes) and recorded, with `task.model.encoder.vocab_size`, in `MODEL_DIR/params.yaml`;
-export then finds it there.
+Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, the
+driver (`cmlm_tf.train.prepare_vocabulary`) learns a joint SentencePiece model of at most
+`task.sp_vocab_size` pieces on both sides of `task.train_data` before the run starts, writes
+it to `MODEL_DIR/sp.model` (reused when the run resumes) and records it, with
+`task.model.encoder.vocab_size`, in `MODEL_DIR/params.yaml`; export then finds it there.
 """
 
 import dataclasses
-import os
 from typing import Optional
 
 import tensorflow as tf
 import tf_keras
-import yaml
-from absl import logging
 from official.core import config_definitions as cfg
 from official.core import exp_factory, task_factory
-from official.modeling import hyperparams, optimization
+from official.modeling import hyperparams
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs
 from cmlm_tf.data import bitext
+from cmlm_tf.losses import gaussian_kl
+from cmlm_tf.losses.sequence_nll import sequence_nll
 from cmlm_tf.modeling import bgt
 from cmlm_tf.tasks import base
 
@@ -62,8 +61,8 @@ class BgtConfig(hyperparams.Config):
 
 @dataclasses.dataclass
 class BgtTaskConfig(configs.SentenceTaskConfig):
-    """`sp_vocab_size`: the size of a SentencePiece model trained at start-up; a corpus too
-    small for it yields fewer pieces."""
+    """`sp_vocab_size`: the most pieces of a SentencePiece model learned before the run
+    starts; a corpus too small for it yields fewer pieces."""
 
     bgt: BgtConfig = dataclasses.field(default_factory=BgtConfig)
     sp_vocab_size: int = 20000
@@ -71,18 +70,6 @@ class BgtTaskConfig(configs.SentenceTaskConfig):
         default_factory=lambda: bitext.BitextDataConfig(is_training=True))
     validation_data: bitext.BitextDataConfig = dataclasses.field(
         default_factory=lambda: bitext.BitextDataConfig(is_training=False))
-
-
-def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.OptimizationConfig:
-    """Adam (beta 0.9/0.98, epsilon 1e-8), linear warm-up to `learning_rate`, then
-    learning_rate * sqrt(warmup_steps / step) (the Transformer's inverse square root)."""
-    return optimization.OptimizationConfig({
-        "optimizer": {"type": "adam", "adam": {
-            "beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-8}},
-        "learning_rate": {"type": "power", "power": {
-            "initial_learning_rate": learning_rate * warmup_steps ** 0.5, "power": -0.5}},
-        "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
-    })
 
 
 @exp_factory.register_config_factory("cmlm_tf/bgt")
@@ -101,67 +88,10 @@ def bgt_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=20000, optimizer_config=adam_inverse_sqrt(5e-4, 4000),
+            train_steps=20000, optimizer_config=configs.adam_inverse_sqrt(5e-4, 4000),
             checkpoint_interval=1000, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=20, validation_interval=1000),
         restrictions=["task.train_data.is_training != None"])
-
-
-def training_sentences(data_config: bitext.BitextDataConfig, field: str = "task.train_data"):
-    """Yields both sentences of every valid pair of `data_config`'s files, once."""
-    stats = bitext.bitext_files(data_config, field)
-    pairs = bitext.read_bitext(stats.files, stats.file_type, is_training=False)
-    for pair in pairs.batch(1024).as_numpy_iterator():
-        for side in ("source", "target"):
-            for sentence in pair[side]:
-                yield sentence.decode("utf-8")
-
-
-def prepare_vocabulary(task_config: BgtTaskConfig,
-                       model_dir: Optional[str]) -> BgtTaskConfig:
-    """Returns the task config with its SentencePiece model and vocabulary size filled in.
-
-    Trains `model_dir/sp.model` when `task.model.tokenizer.sp_model_file` is empty (reusing
-    one a previous start of the run wrote), sets `task.model.encoder.vocab_size` to the
-    model's piece count, and records both in `model_dir/params.yaml`.
-    """
-    tokenizer = task_config.model.tokenizer
-    if tokenizer.type != "sentencepiece":
-        return task_config
-    sp_model_file = tokenizer.sp_model_file
-    if not sp_model_file:
-        if not model_dir:
-            raise ValueError("task.model.tokenizer.sp_model_file is empty and there is no "
-                             "model_dir to train a SentencePiece model into")
-        sp_model_file = os.path.join(os.path.abspath(model_dir), tokenization.SP_MODEL_FILE)
-        if not tf.io.gfile.exists(sp_model_file):
-            if task_config.sp_vocab_size < 8:
-                raise ValueError(
-                    f"task.sp_vocab_size must be at least 8, got {task_config.sp_vocab_size}")
-            pieces = tokenization.train_sentencepiece(
-                training_sentences(task_config.train_data), sp_model_file,
-                task_config.sp_vocab_size, lower_case=tokenizer.lower_case)
-            logging.info("Trained a SentencePiece model of %d pieces (asked for at most %d) "
-                         "on task.train_data: %s", pieces, task_config.sp_vocab_size,
-                         sp_model_file)
-    vocab_size = tokenization.special_token_ids(tokenization.build_tokenizer(
-        tokenizer.replace(sp_model_file=sp_model_file)))["vocab_size"]
-    if vocab_size != task_config.model.encoder.vocab_size:
-        logging.info("task.model.encoder.vocab_size: %d -> %d (the SentencePiece model's)",
-                     task_config.model.encoder.vocab_size, vocab_size)
-    task_config = task_config.replace(model={"tokenizer": {"sp_model_file": sp_model_file},
-                                             "encoder": {"vocab_size": vocab_size}})
-    task_config.lock()
-    params_file = os.path.join(model_dir or "", "params.yaml")
-    if model_dir and tf.io.gfile.exists(params_file):
-        with tf.io.gfile.GFile(params_file) as f:
-            params = yaml.safe_load(f)
-        model = params["task"]["model"]
-        model["tokenizer"]["sp_model_file"] = sp_model_file
-        model["encoder"]["vocab_size"] = vocab_size
-        with tf.io.gfile.GFile(params_file, "w") as f:
-            yaml.safe_dump(params, f, default_flow_style=False)
-    return task_config
 
 
 @task_factory.register_task_cls(BgtTaskConfig)
@@ -170,9 +100,16 @@ class BgtTask(base.SentenceTask):
 
     def __init__(self, params: BgtTaskConfig, logging_dir: Optional[str] = None,
                  name: Optional[str] = None):
-        super().__init__(prepare_vocabulary(params, logging_dir), logging_dir=logging_dir,
-                         name=name)
+        super().__init__(params, logging_dir=logging_dir, name=name)
         self._train_step_counter = None
+
+    @classmethod
+    def sentencepiece_corpus(cls, task_config: BgtTaskConfig):
+        """Both sides of `task.train_data`'s pairs, at most `task.sp_vocab_size` pieces."""
+        if task_config.sp_vocab_size < 8:
+            raise ValueError(
+                f"task.sp_vocab_size must be at least 8, got {task_config.sp_vocab_size}")
+        return bitext.bitext_sentences(task_config.train_data), task_config.sp_vocab_size
 
     def build_model(self) -> bgt.BilingualGenerativeTransformer:
         configs.validate_model_config(self.task_config.model)
@@ -184,7 +121,7 @@ class BgtTask(base.SentenceTask):
 
     def build_inputs(self, params: bitext.BitextDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
                                      input_context=input_context, field=field)
 
@@ -192,7 +129,8 @@ class BgtTask(base.SentenceTask):
         """beta at this training step; 1 outside training (evaluation reports the ELBO)."""
         if self._train_step_counter is None or not self.task_config.bgt.prior:
             return tf.constant(float(self.task_config.bgt.prior))
-        return bgt.kl_weight(self._train_step_counter, self.task_config.bgt.kl_anneal_steps)
+        return gaussian_kl.kl_weight(self._train_step_counter,
+                                     self.task_config.bgt.kl_anneal_steps)
 
     def compute_losses(self, inputs, outputs):
         options = self.task_config.bgt
@@ -200,7 +138,7 @@ class BgtTask(base.SentenceTask):
         zero = tf.zeros_like(outputs["semantic_from_source"], tf.float32)
 
         def summed_nll(names, label_smoothing):
-            terms = [bgt.sequence_nll(decoders[n]["logits"], decoders[n]["targets"],
+            terms = [sequence_nll(decoders[n]["logits"], decoders[n]["targets"],
                                       decoders[n]["weights"], label_smoothing)
                      for n in names if n in decoders]
             return tf.reduce_mean(tf.add_n(terms) if terms else zero)

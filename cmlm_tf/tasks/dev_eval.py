@@ -26,6 +26,7 @@ from absl import logging
 
 from cmlm_tf import tokenization
 from cmlm_tf.evaluation import readers, suite
+from cmlm_tf.vectors import l2_normalize
 
 DEV_BATCH_SIZE = 64
 
@@ -161,8 +162,7 @@ class DevEvalMixin:
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def embed(sentences):
             inputs = tokenization.tokenize_and_pack(tokenizer, special, sentences, seq_length)
-            vectors = tf.cast(encoder(inputs, training=False)["default"], tf.float32)
-            return tf.math.l2_normalize(vectors, axis=-1)
+            return l2_normalize(encoder(inputs, training=False)["default"], tf.float32)
 
         def encode(texts):
             order = np.argsort([-len(t) for t in texts], kind="stable")

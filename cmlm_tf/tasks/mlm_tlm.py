@@ -19,9 +19,9 @@ from official.core import exp_factory, task_factory
 
 from cmlm_tf import configs
 from cmlm_tf.data import bitext, mlm_tlm
+from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import masked_lm
 from cmlm_tf.tasks import base
-from cmlm_tf.tasks.cmlm import lamb_optimizer, masked_lm_loss
 
 
 @dataclasses.dataclass
@@ -57,7 +57,7 @@ def mlm_tlm_experiment() -> cfg.ExperimentConfig:
         task=MLMTLMTaskConfig(),
         trainer=cfg.TrainerConfig(
             train_steps=400000,
-            optimizer_config=lamb_optimizer(decay_steps=400000),
+            optimizer_config=configs.lamb_optimizer(decay_steps=400000),
             checkpoint_interval=10000, max_to_keep=5, summary_interval=1000,
             steps_per_loop=1000, validation_steps=100, validation_interval=10000),
         restrictions=["task.train_data.is_training != None"])
@@ -93,7 +93,7 @@ class MLMTLMTask(base.SentenceTask):
 
     def build_inputs(self, params: mlm_tlm.MLMTLMDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return mlm_tlm.mlm_tlm_dataset(params, self.task_config.bitext_data,
                                        self.task_config.model.tokenizer,
                                        input_context=input_context, field=field)

@@ -22,10 +22,9 @@ from cmlm_tf import configs
 from cmlm_tf.data import bitext
 from cmlm_tf.data import nli as nli_inputs
 from cmlm_tf.losses import info_nce
-from cmlm_tf.modeling import momentum_contrast, sentence_encoder
+from cmlm_tf.losses.pair_classification import nli_losses
+from cmlm_tf.modeling import momentum_contrast, pair_classifier, sentence_encoder
 from cmlm_tf.tasks import base
-from cmlm_tf.tasks import nli as nli_task
-from cmlm_tf.tasks.bitext import adamw_optimizer
 
 
 @dataclasses.dataclass
@@ -63,8 +62,8 @@ class MomentumContrastTaskConfig(configs.SentenceTaskConfig):
         default_factory=lambda: nli_inputs.NLIDataConfig(is_training=True,
                                                         global_batch_size=128))
     nli_weight: float = 0.1
-    nli_head: nli_task.NLIHeadConfig = dataclasses.field(
-        default_factory=lambda: nli_task.NLIHeadConfig(hidden_sizes=[256]))
+    nli_head: pair_classifier.NLIHeadConfig = dataclasses.field(
+        default_factory=lambda: pair_classifier.NLIHeadConfig(hidden_sizes=[256]))
 
 
 @exp_factory.register_config_factory("cmlm_tf/moco")
@@ -79,7 +78,7 @@ def moco_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=1000, optimizer_config=adamw_optimizer(3e-5, 50, 1000),
+            train_steps=1000, optimizer_config=configs.adamw_optimizer(3e-5, 50, 1000),
             checkpoint_interval=500, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=20, validation_interval=500),
         restrictions=["task.train_data.is_training != None"])
@@ -118,6 +117,9 @@ METRICS = ("contrastive_loss", "source_to_target_accuracy", "target_to_source_ac
 class MomentumContrastTask(base.SentenceTask):
     """Dual momentum contrast: EMA key encoders and a FIFO queue of negatives per side."""
 
+    metric_sources = {"source_to_target_accuracy": "source_to_target_correct",
+                      "target_to_source_accuracy": "target_to_source_correct"}
+
     def build_model(self) -> momentum_contrast.DualMomentumContrast:
         configs.validate_model_config(self.task_config.model)
         validate_moco_config(self.task_config)
@@ -125,8 +127,8 @@ class MomentumContrastTask(base.SentenceTask):
         encoder = self.task_config.model.encoder
         pair_head = None
         if self.task_config.nli_data.input_path:
-            pair_head = nli_task.build_head(self.task_config.nli_head,
-                                            encoder.initializer_range)
+            pair_head = pair_classifier.build_head(self.task_config.nli_head,
+                                                   encoder.initializer_range)
         return momentum_contrast.DualMomentumContrast(
             encoder, queue_size=moco.queue_size,
             momentum=moco.momentum, shared_encoder=moco.shared_encoder,
@@ -152,7 +154,7 @@ class MomentumContrastTask(base.SentenceTask):
 
     def build_inputs(self, params: bitext.BitextDataConfig,
                      input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         tokenizer = self.task_config.model.tokenizer
         pairs = bitext.bitext_dataset(params, tokenizer, input_context=input_context,
                                       field=field)
@@ -176,7 +178,7 @@ class MomentumContrastTask(base.SentenceTask):
         contrastive = forward["loss"] + backward["loss"]
         losses = {}
         if "nli_logits" in outputs:
-            losses = nli_task.nli_losses(inputs["nli"]["label"], outputs["nli_logits"])
+            losses = nli_losses(inputs["nli"]["label"], outputs["nli_logits"])
             losses["nli_accuracy"] = losses["nli_correct"]
         loss = contrastive
         if losses:
@@ -198,10 +200,3 @@ class MomentumContrastTask(base.SentenceTask):
         if training and self.task_config.nli_data.input_path:
             names += ("nli_loss", "nli_accuracy")
         return [tf_keras.metrics.Mean(name=name) for name in names]
-
-    def update_metrics(self, metrics, inputs, outputs, losses):
-        values = dict(losses, source_to_target_accuracy=losses["source_to_target_correct"],
-                      target_to_source_accuracy=losses["target_to_source_correct"])
-        for metric in metrics:
-            if metric.name in values:
-                metric.update_state(values[metric.name])

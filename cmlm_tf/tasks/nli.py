@@ -1,67 +1,32 @@
 """NLI finetuning of the sentence encoder (CMLM paper §4.3) and the `cmlm_tf/nli` experiment.
 
 Premise and hypothesis are embedded by the shared encoder and a pair head classifies
-[u, v, |u − v|, u ∗ v] (`cmlm_tf.modeling.pair_classifier`); cross-entropy trains head and
-encoder together. With `task.train_data.cross_lingual: true` the premise and the hypothesis of
-each example come from different languages, as in the paper. `nli_losses` is also the NLI
-term of the dual momentum contrast multitask (`cmlm_tf/moco`).
+[u, v, |u − v|, u ∗ v] (`cmlm_tf.modeling.pair_classifier`); cross-entropy
+(`cmlm_tf.losses.pair_classification`) trains head and encoder together. With
+`task.train_data.cross_lingual: true` the premise and the hypothesis of each example come from
+different languages, as in the paper. Head and loss are also the NLI term of the dual
+momentum contrast multitask (`cmlm_tf/moco`).
 """
 
 import dataclasses
-from typing import Dict, List, Optional
+from typing import Optional
 
 import tensorflow as tf
 import tf_keras
 from official.core import config_definitions as cfg
 from official.core import exp_factory, task_factory
-from official.modeling import hyperparams
 
 from cmlm_tf import configs
 from cmlm_tf.data import nli
+from cmlm_tf.losses.pair_classification import nli_losses
 from cmlm_tf.modeling import pair_classifier
 from cmlm_tf.tasks import base
-from cmlm_tf.tasks.bitext import adamw_optimizer
-
-
-@dataclasses.dataclass
-class NLIHeadConfig(hyperparams.Config):
-    """The pair head on [u, v, |u − v|, u ∗ v].
-
-    `hidden_sizes`: hidden layer widths; empty for a linear classifier (CMLM), `[256]` for the
-        MLP of dual momentum contrast.
-    """
-
-    hidden_sizes: List[int] = dataclasses.field(default_factory=list)
-    activation: str = "relu"
-    dropout_rate: float = 0.1
-
-
-def build_head(config: NLIHeadConfig, initializer_range: float = 0.02,
-               field: str = "task.nli_head") -> pair_classifier.PairClassifierHead:
-    if any(size <= 0 for size in config.hidden_sizes):
-        raise ValueError(f"{field}.hidden_sizes must be positive, got "
-                         f"{list(config.hidden_sizes)}")
-    if not 0.0 <= config.dropout_rate < 1.0:
-        raise ValueError(f"{field}.dropout_rate must be in [0, 1), got {config.dropout_rate}")
-    return pair_classifier.PairClassifierHead(
-        num_classes=len(pair_classifier.NLI_LABELS), hidden_sizes=config.hidden_sizes,
-        activation=config.activation, dropout_rate=config.dropout_rate,
-        initializer_range=initializer_range, name="nli_head")
-
-
-def nli_losses(labels: tf.Tensor, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """`nli_loss` (mean cross-entropy, float32 scalar) and `nli_correct` (float [batch])."""
-    logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
-                      tf.float32)
-    return {"nli_loss": loss, "nli_correct": correct}
 
 
 @dataclasses.dataclass
 class NLITaskConfig(configs.SentenceTaskConfig):
-    nli_head: NLIHeadConfig = dataclasses.field(default_factory=NLIHeadConfig)
+    nli_head: pair_classifier.NLIHeadConfig = dataclasses.field(
+        default_factory=pair_classifier.NLIHeadConfig)
     train_data: nli.NLIDataConfig = dataclasses.field(
         default_factory=lambda: nli.NLIDataConfig(is_training=True))
     validation_data: nli.NLIDataConfig = dataclasses.field(
@@ -78,7 +43,7 @@ def nli_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=2000, optimizer_config=adamw_optimizer(2e-5, 200, 2000),
+            train_steps=2000, optimizer_config=configs.adamw_optimizer(2e-5, 200, 2000),
             checkpoint_interval=500, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=-1, validation_interval=1000),
         restrictions=["task.train_data.is_training != None"])
@@ -88,14 +53,17 @@ def nli_experiment() -> cfg.ExperimentConfig:
 class NLITask(base.SentenceTask):
     """Three-way NLI classification on the shared sentence encoder; the encoder is updated."""
 
+    metric_sources = {"accuracy": "nli_correct"}
+
     def build_model(self) -> pair_classifier.PairClassifier:
         configs.validate_model_config(self.task_config.model)
         encoder = self.task_config.model.encoder
         return pair_classifier.PairClassifier(
-            encoder, build_head(self.task_config.nli_head, encoder.initializer_range))
+            encoder, pair_classifier.build_head(self.task_config.nli_head,
+                                                encoder.initializer_range))
 
     def build_inputs(self, params: nli.NLIDataConfig, input_context=None) -> tf.data.Dataset:
-        field = "task.train_data" if params.is_training else "task.validation_data"
+        field = base.data_field(params)
         return nli.nli_dataset(params, self.task_config.model.tokenizer,
                                input_context=input_context, field=field)
 
@@ -106,7 +74,3 @@ class NLITask(base.SentenceTask):
     def build_metrics(self, training: Optional[bool] = None):
         return [tf_keras.metrics.Mean(name="nli_loss"),
                 tf_keras.metrics.Mean(name="accuracy")]
-
-    def update_metrics(self, metrics, inputs, outputs, losses):
-        super().update_metrics(metrics, inputs, outputs,
-                               dict(losses, accuracy=losses["nli_correct"]))
