@@ -14,7 +14,7 @@ import numbers
 import os
 import sys
 import warnings
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -47,6 +47,30 @@ def bucket_rows(num_rows: int, batch_size: int) -> int:
     while rows < num_rows:
         rows *= 2
     return min(rows, batch_size)
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> List[np.ndarray]:
+    """Index arrays of consecutive batches of the positions sorted by decreasing length
+    (stable: ties keep input order); together they cover every position once."""
+    order = np.argsort(-np.asarray(lengths, np.int64), kind="stable")
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def encode_sorted(texts: Sequence, embed_batch: Callable[[list], np.ndarray],
+                  batch_size: int) -> np.ndarray:
+    """Embeds `texts` in batches of similar length; returns the rows in input order.
+
+    `embed_batch(list of texts) -> float [len, dim]`. Sorting by length keeps the padding of
+    each batch small (as sentence-transformers does); the one batching loop of `encode()`'s
+    callers that hold a live model (dev metrics during training).
+    """
+    batches = sorted_batches([len(text) for text in texts], batch_size)
+    vectors = [embed_batch([texts[i] for i in index]) for index in batches]
+    output = np.empty((len(texts),) + vectors[0].shape[1:], vectors[0].dtype) if vectors \
+        else np.zeros((0, 0), np.float32)
+    for index, rows in zip(batches, vectors):
+        output[index] = rows
+    return output
 
 
 def cpu_flags() -> Optional[set]:
@@ -325,17 +349,15 @@ class SentenceEncoderModel:
         """Yields (indices into `strings`, float32 pooled [len(indices), dim]) per batch."""
         import tensorflow as tf
 
-        order = np.argsort([-len(s) for s in strings], kind="stable")
-        chunk = batch_size * _TOKENIZE_BATCHES
-        for chunk_start in range(0, len(strings), chunk):
-            chunk_index = order[chunk_start:chunk_start + chunk]
+        # Texts are tokenised a chunk of batches at a time (by character length), then each
+        # chunk is batched by token count.
+        for chunk_index in sorted_batches([len(s) for s in strings],
+                                          batch_size * _TOKENIZE_BATCHES):
             tokens = self._serving.tokenize(tf.constant([strings[i] for i in chunk_index]))
             arrays = [tokens[key].numpy()
                       for key in ("input_word_ids", "input_mask", "input_type_ids")]
             lengths = arrays[1].sum(axis=1)
-            by_length = np.argsort(-lengths, kind="stable")
-            for start in range(0, len(chunk_index), batch_size):
-                rows = by_length[start:start + batch_size]
+            for rows in sorted_batches(lengths, batch_size):
                 length = bucket_length(int(lengths[rows].max()), self.seq_length)
                 padded_rows = bucket_rows(len(rows), batch_size)
                 batch = []

@@ -192,10 +192,10 @@ def test_tiny_bgt_exports_its_posterior_mean(tiny_bgt_run, tmp_path):
     import tensorflow_text  # noqa: F401
 
     import cmlm_tf
-    from export import export_tfhub
+    from cmlm_tf.export import export_lib
 
     _, model_dir, trained = tiny_bgt_run
-    export_dir = export_tfhub.export(str(tmp_path / "bgt"), model_dir=str(model_dir))
+    export_dir = export_lib.export(str(tmp_path / "bgt"), model_dir=str(model_dir))
     preprocessor = hub.KerasLayer(f"{export_dir}/preprocessor")
     encoder = hub.KerasLayer(f"{export_dir}/encoder")
     texts = ["In the beginning was the Word.", "En el principio era el Verbo."]

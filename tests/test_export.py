@@ -174,21 +174,22 @@ def test_encoder_loads_in_fresh_process_without_tf_text(tiny_export):
 
 
 def test_existing_export_dir_needs_overwrite(tiny_export, tiny_run_dir, capsys):
-    from export import export_tfhub
+    from cmlm_tf.export import cli as export_cli
+    from cmlm_tf.export import export_lib
 
     with pytest.raises(FileExistsError, match="--overwrite"):
-        export_tfhub.export(str(tiny_export), model_dir=str(tiny_run_dir))
-    rc = export_tfhub.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(tiny_export)])
+        export_lib.export(str(tiny_export), model_dir=str(tiny_run_dir))
+    rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(tiny_export)])
     assert rc == 2 and "already exists" in capsys.readouterr().err
 
 
 def test_overwrite_replaces_export(tmp_path, tiny_run_dir):
-    from export import export_tfhub
+    from cmlm_tf.export import export_lib
 
     target = tmp_path / "out"
     target.mkdir()
     (target / "stale.txt").write_text("old")
-    export_tfhub.export(str(target), model_dir=str(tiny_run_dir), overwrite=True)
+    export_lib.export(str(target), model_dir=str(tiny_run_dir), overwrite=True)
     assert not (target / "stale.txt").exists()
     meta = json.loads((target / "cmlm_tf_export.json").read_text())
     assert meta["seq_length"] == 16  # the training run's task.train_data.seq_length
@@ -196,14 +197,14 @@ def test_overwrite_replaces_export(tmp_path, tiny_run_dir):
 
 
 def test_export_errors_name_the_bad_path(tmp_path, tiny_run_dir):
-    from export import export_tfhub
+    from cmlm_tf.export import export_lib
 
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        export_tfhub.export(str(tmp_path / "e"), model_dir=str(tmp_path / "nowhere"))
+        export_lib.export(str(tmp_path / "e"), model_dir=str(tmp_path / "nowhere"))
     empty = tmp_path / "empty_run"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="params.yaml"):
-        export_tfhub.export(str(tmp_path / "e"), model_dir=str(empty))
+        export_lib.export(str(tmp_path / "e"), model_dir=str(empty))
     with pytest.raises(ValueError, match="seq_length"):
-        export_tfhub.export(str(tmp_path / "e"), model_dir=str(tiny_run_dir), seq_length=1000)
+        export_lib.export(str(tmp_path / "e"), model_dir=str(tiny_run_dir), seq_length=1000)
     assert not (tmp_path / "e").exists()

@@ -297,7 +297,7 @@ def _queue_ptr(model_dir):
 
 def test_driver_trains_and_exports_the_target_side(tmp_path):
     from cmlm_tf import inference
-    from export import export_tfhub
+    from cmlm_tf.export import cli as export_cli
 
     run_dir = tmp_path / "run"
     # With the NLI multitask on: each step also classifies a batch of NLI pairs.
@@ -318,7 +318,7 @@ def test_driver_trains_and_exports_the_target_side(tmp_path):
     assert any(n.startswith("nli_head/") for n in names)
 
     export_dir = tmp_path / "target"
-    assert export_tfhub.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),
+    assert export_cli.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),
                               "--encoder_key", "target_encoder"]) == 0
     meta = json.loads((export_dir / "cmlm_tf_export.json").read_text(encoding="utf-8"))
     assert meta["encoder_key"] == "target_encoder"

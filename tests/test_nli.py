@@ -226,8 +226,8 @@ trainer:
 
 def test_driver_learns_a_generated_task_and_exports(tmp_path):
     from cmlm_tf import configs, inference
+    from cmlm_tf.export import cli as export_cli
     from cmlm_tf.modeling import sentence_encoder
-    from export import export_tfhub
 
     encoder_config = configs.EncoderConfig(
         vocab_size=3627, hidden_size=32, num_layers=1, num_attention_heads=2,
@@ -249,7 +249,7 @@ def test_driver_learns_a_generated_task_and_exports(tmp_path):
     assert accuracy > 0.6, f"validation accuracy {accuracy} (chance is 1/3)"
 
     export_dir = tmp_path / "export"
-    assert export_tfhub.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir)]) == 0
+    assert export_cli.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir)]) == 0
     meta = json.loads((export_dir / "cmlm_tf_export.json").read_text(encoding="utf-8"))
     assert meta["dim"] == 32
     vectors = inference.load(str(export_dir)).encode(["And Jesus wept.", "Jesus wept."])

@@ -95,7 +95,8 @@ def test_serving_runs_the_saved_forward_without_xla(tiny_export):
     pooled = serving.pooled_float32(**tokens).numpy()
     embeddings = serving.signatures["serving_default"](
         sentences=tf.constant(SENTENCES))["embeddings"].numpy()
-    np.testing.assert_allclose(embeddings, pooled / np.linalg.norm(pooled, axis=1, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(embeddings, pooled / np.linalg.norm(pooled, axis=1, keepdims=True),
+                               atol=1e-6)
 
 
 def test_serving_needs_tensorflow_text_and_the_encoder_does_not(tiny_export):

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import tokenization
+from cmlm_tf import inference, tokenization
 from cmlm_tf.evaluation import readers, suite
 from cmlm_tf.vectors import l2_normalize
 
@@ -165,15 +165,8 @@ class DevEvalMixin:
             return l2_normalize(encoder(inputs, training=False)["default"], tf.float32)
 
         def encode(texts):
-            order = np.argsort([-len(t) for t in texts], kind="stable")
-            batches = []
-            for start in range(0, len(texts), DEV_BATCH_SIZE):
-                batch = [texts[i] for i in order[start:start + DEV_BATCH_SIZE]]
-                batches.append(embed(tf.constant(batch)).numpy())
-            vectors = np.concatenate(batches)
-            output = np.empty_like(vectors)
-            output[order] = vectors
-            return output
+            return inference.encode_sorted(texts, lambda batch: embed(tf.constant(batch)).numpy(),
+                                           DEV_BATCH_SIZE)
 
         self._dev_encode_fn = encode
         return encode
