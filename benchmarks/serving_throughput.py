@@ -31,21 +31,6 @@ import time
 import numpy as np
 
 SYSTEMS = ("serving", "tflite_float32", "tflite_int8", "sentence-transformers")
-_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def cpu_description() -> str:
-    name, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name") and name == "unknown CPU":
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores, flags: {' '.join(f for f in _FLAGS if f in flags)}"
 
 
 def read_stsb(path: str):
@@ -196,7 +181,9 @@ def main() -> None:
 
     first, second, gold = read_stsb(args.stsb)
     texts = first + second
-    print(f"machine: {cpu_description()}; load average before: {os.getloadavg()[0]:.2f}")
+    from cmlm_tf.inference import describe_cpu
+
+    print(f"machine: {describe_cpu()}; load average before: {os.getloadavg()[0]:.2f}")
     print(f"model: {args.model}  texts: {len(texts)} (STS-B dev, input order)  "
           f"batch_size: {args.batch_size}  repeats: {args.repeats}  threads: "
           f"{args.threads or 'default'}", flush=True)

@@ -9,7 +9,8 @@ the installation-guide pairs, the English and Spanish Bible, both sentences of S
 and dev), tokenizes all of it with TF-Text's classic `BertTokenizer` (what cmlm_tf used
 before) and with `cmlm_tf.tokenization.FastWordpieceTokenizer` (`FastBertTokenizer`), for
 each `--vocab` (`cased:` or `uncased:` then the file), and prints the number of lines whose
-ids differ (with the first few) and the lines/s of each, best of `--repeats` passes.
+ids differ (with the first few) and the lines/s of each inside a `tf.function` (as the
+exports run them), best of `--repeats` passes.
 
 A cased multilingual vocabulary can be learnt from the same data with
 `python -m cmlm_tf.build_vocab` (no `--lower_case`), e.g.
@@ -75,10 +76,14 @@ def main():
         fast = tokenization.build_tokenizer(configs.TokenizerConfig(
             vocab_file=vocab_file, lower_case=lower_case))
         assert isinstance(fast, tokenization.FastWordpieceTokenizer)
+        # Timed as the exports run them: inside a graph (tf.function), not op by op.
+        spec = [tf.TensorSpec([None], tf.string)]
         runs = {
-            "classic BertTokenizer": (lambda batch, classic=classic:
-                                      classic.tokenize(batch).merge_dims(1, -1)),
-            "fast WordPiece": fast,
+            "classic BertTokenizer": tf.function(
+                lambda batch, classic=classic: classic.tokenize(batch).merge_dims(1, -1),
+                input_signature=spec, autograph=False),
+            "fast WordPiece": tf.function(lambda batch, fast=fast: fast(batch),
+                                          input_signature=spec, autograph=False),
         }
         ids, best = {}, {}
         for name, tokenize in runs.items():

@@ -85,6 +85,24 @@ def cpu_flags() -> Optional[set]:
     return None
 
 
+_SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+                "amx_int8")
+
+
+def describe_cpu() -> str:
+    """`model name, N cores, flags: ...` with the flags that matter for speed figures."""
+    name = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), name)
+    except OSError:
+        pass
+    flags = cpu_flags() or set()
+    return (f"{name}, {os.cpu_count()} cores, flags: "
+            f"{' '.join(flag for flag in _SPEED_FLAGS if flag in flags) or 'unknown'}")
+
+
 def warn_if_bfloat16_is_emulated() -> bool:
     """Warns (once per process) when bfloat16 would run emulated, and slower than float32.
 
@@ -225,9 +243,9 @@ class SentenceEncoderModel:
         self.dim = int(described["dim"])
         self.seq_length = int(described["seq_length"])
         _check_metadata(export_dir, metadata, described)
-        # XLA fuses the float32 elementwise work; for bfloat16 matmuls TensorFlow's own
-        # oneDNN kernels beat XLA's CPU backend (docs/results.md, "Performance").
-        self.jit_compile = (precision == "float32") if jit_compile is None else jit_compile
+        # The saved graphs ran faster than their XLA compilation in both precisions
+        # (docs/results.md, "Encode throughput").
+        self.jit_compile = bool(jit_compile)
         self._graphs = {}
         self.pcr = None
 
@@ -458,8 +476,8 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
         intra_op_threads, inter_op_threads: TensorFlow thread pools (None: leave as is).
             Applied only if TensorFlow has not run anything yet in this process; otherwise
             a warning is logged and `model.threads["applied"]` is False.
-        jit_compile: XLA-compile the per-bucket graphs (None: on for float32, off for
-            bfloat16, whichever measured faster).
+        jit_compile: XLA-compile the per-bucket graphs (default off: the plain graphs
+            measured faster, docs/results.md).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
