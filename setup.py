@@ -1,16 +1,35 @@
+import re
+
 from setuptools import find_packages, setup
+
+with open("cmlm_tf/__init__.py", encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 setup(
     name="cmlm_tf",
-    version="0.1.0",
+    version=VERSION,
     description="Train and ship multilingual sentence encoders (CMLM, LaBSE-style dual "
                 "encoders, dual momentum contrast, BGT) with TensorFlow.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10,<3.13",
-    packages=find_packages(include=["cmlm_tf", "cmlm_tf.*", "export", "export.*"]),
-    package_data={"cmlm_tf": ["data/corpus/*"]},
+    # The top-level `export/` folder is the exporter's command line in a checkout; installed,
+    # the same command is `python -m cmlm_tf.export` (or `cmlm-tf-export`). The recipes of
+    # `configs/` install as `cmlm_tf.recipes`, so `--config_file=NAME` works anywhere.
+    packages=find_packages(include=["cmlm_tf", "cmlm_tf.*"]) + ["cmlm_tf.recipes"],
+    package_dir={"cmlm_tf.recipes": "configs"},
+    package_data={"cmlm_tf": ["data/corpus/*"], "cmlm_tf.recipes": ["*.yaml", "*.sh"]},
+    entry_points={"console_scripts": [
+        "cmlm-tf-train = cmlm_tf.train:main",
+        "cmlm-tf-export = cmlm_tf.export.cli:main",
+        "cmlm-tf-evaluate = cmlm_tf.evaluate:main",
+        "cmlm-tf-mine = cmlm_tf.mine:main",
+        "cmlm-tf-similarity = cmlm_tf.similarity:main",
+        "cmlm-tf-build-vocab = cmlm_tf.build_vocab:main",
+        "cmlm-tf-convert-hf-bert = cmlm_tf.convert_hf_bert:main",
+        "cmlm-tf-convert-nli = cmlm_tf.convert_nli:main",
+    ]},
     install_requires=[
         # These four must stay on one minor line, or tensorflow-text fails to load.
         "tensorflow~=2.20.0",

@@ -38,7 +38,9 @@ def main(argv=None) -> int:
 
     from official.core import exp_factory
 
-    from cmlm_tf import configs, experiments  # noqa: F401  (registers the experiments)
+    from cmlm_tf import configs, experiments
+
+    experiments.register()
 
     params = configs.load_experiment_config(
         args.config_file, args.params_override,

@@ -1,6 +1,6 @@
 """cmlm_tf: train and ship multilingual sentence encoders with TensorFlow."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def load(export_dir: str, **kwargs):

@@ -448,8 +448,7 @@ def write_vocab(vocab: Sequence[str], path: str) -> None:
         f.write("\n".join(vocab) + "\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line; returns 0, or 2 after printing `error: ...` to stderr."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cmlm_tf.build_vocab",
         description="Learn a vocabulary from text files: a multilingual WordPiece vocabulary "
@@ -473,8 +472,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", required=True,
                         help="vocabulary file (or SentencePiece model) to write")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line; returns 0, or 2 after printing `error: ...` to stderr."""
+    args = build_parser().parse_args(argv)
+    from cmlm_tf import cli
+
+    cli.quiet_tensorflow_logs()
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         print(f"error: --output {args.output!r}: folder {out_dir!r} does not exist",

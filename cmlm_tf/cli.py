@@ -1,13 +1,20 @@
-"""What the command lines share: their usage errors and one-line error messages, and the
-options and loaders of the commands that encode with an exported model (`cmlm_tf.evaluate`,
-`cmlm_tf.mine`).
+"""What the command lines share: the one error path (a user's mistake prints one line
+naming the field or file and exits 2; an internal error keeps its traceback), quiet
+TensorFlow logs, and the options and loaders of the commands that encode with an exported
+model (`cmlm_tf.evaluate`, `cmlm_tf.mine`).
 
 Nothing here imports TensorFlow at import time: `--help` and argument errors stay fast.
 """
 
 import argparse
+import os
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+# TensorFlow errors that report a user's file or argument (a missing or unreadable file, a
+# corrupt checkpoint, a directory that cannot be written), not a bug.
+_TF_USER_ERRORS = {"NotFoundError", "PermissionDeniedError", "DataLossError",
+                   "AlreadyExistsError", "FailedPreconditionError", "UnimplementedError"}
 
 
 class UsageError(ValueError):
@@ -15,9 +22,69 @@ class UsageError(ValueError):
 
 
 def one_line(error: Exception) -> str:
-    """The first line of an error's message (its type when it has none)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The informative line of an error's message (its type when it has none).
+
+    TensorFlow's traced-function errors start with "in user code:" and end with the
+    message; gin prefixes "In call to configurable".
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()
+             and not line.strip().startswith("In call to configurable")]
+    if not lines:
+        return type(error).__name__
+    if lines[0].startswith("in user code:"):
+        return lines[-1][:500]
+    return lines[0][:500]
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether `error` reports a mistake in the user's arguments, config or files.
+
+    ValueError (our errors name the field or file), OSError (FileNotFoundError,
+    PermissionError, ...), Model Garden's unknown-registry LookupError, and TensorFlow's
+    file and checkpoint errors. KeyError, IndexError and everything else are internal: they
+    keep their traceback.
+    """
+    if isinstance(error, (KeyError, IndexError)):
+        return False
+    if isinstance(error, (ValueError, OSError, LookupError)):
+        return True
+    cls = type(error)
+    return cls.__module__.startswith("tensorflow") and cls.__name__ in _TF_USER_ERRORS
+
+
+def run_main(body: Callable[[], Optional[int]]) -> int:
+    """Runs a command's body: 0 (or what it returns) on success; a user error prints
+    `error: <one line>` to stderr and gives 2; Ctrl-C gives 130; other errors propagate.
+
+    `CMLM_TF_DEBUG=1` in the environment lets user errors propagate too (full traceback).
+    """
+    try:
+        code = body()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 (sorted below; internal errors re-raised)
+        if not is_user_error(error) or os.environ.get("CMLM_TF_DEBUG"):
+            raise
+        print(f"error: {one_line(error)}", file=sys.stderr)
+        return 2
+    return 0 if code is None else int(code)
+
+
+def quiet_tensorflow_logs() -> None:
+    """Sets TensorFlow's C++ log level before TensorFlow is imported, unless the user did.
+
+    Level 2 hides INFO and WARNING lines (oneDNN, CPU features, "Could not find cuda
+    drivers"). On a machine without an NVIDIA driver, level 3: TensorFlow 2.20 logs a
+    spurious ERROR, "failed call to cuInit", at start-up there (tensorflow/tensorflow#105022),
+    and C++ errors that matter reach Python as exceptions. `TF_CPP_MIN_LOG_LEVEL=0` shows
+    everything again.
+    """
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return
+    has_nvidia_driver = os.path.exists("/proc/driver/nvidia/version") or \
+        os.path.exists("/dev/nvidia0")
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if has_nvidia_driver else "3"
 
 
 def add_pcr_arguments(parser: argparse.ArgumentParser, languages: bool = True) -> None:

@@ -117,8 +117,10 @@ def validate_model_config(model: SentenceModelConfig) -> None:
 
 
 def lamb_optimizer(learning_rate: float = 1e-3, warmup_steps: int = 10000,
-                   decay_steps: int = 1000000) -> optimization.OptimizationConfig:
-    """LAMB, linear warm-up then linear decay to 0 (CMLM paper: lr 1e-3, warm-up 10k)."""
+                   decay_steps: int = 0) -> optimization.OptimizationConfig:
+    """LAMB, linear warm-up then linear decay to 0 (CMLM paper: lr 1e-3, warm-up 10k).
+
+    `decay_steps` 0: the decay ends at `trainer.train_steps` (`follow_train_steps`)."""
     return optimization.OptimizationConfig({
         "optimizer": {"type": "lamb", "lamb": {
             "beta_1": 0.9, "beta_2": 0.999, "weight_decay_rate": 0.01,
@@ -131,8 +133,9 @@ def lamb_optimizer(learning_rate: float = 1e-3, warmup_steps: int = 10000,
 
 
 def adamw_optimizer(learning_rate: float, warmup_steps: int,
-                    decay_steps: int) -> optimization.OptimizationConfig:
-    """AdamW (weight decay 0.01, none on LayerNorm and biases), linear warm-up and decay."""
+                    decay_steps: int = 0) -> optimization.OptimizationConfig:
+    """AdamW (weight decay 0.01, none on LayerNorm and biases), linear warm-up and decay;
+    `decay_steps` 0 ends the decay at `trainer.train_steps`."""
     return optimization.OptimizationConfig({
         "optimizer": {"type": "adamw", "adamw": {
             "weight_decay_rate": 0.01, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-6,
@@ -156,27 +159,227 @@ def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.O
     })
 
 
+def recipe_dir() -> Optional[str]:
+    """The folder of the recipes that ship with cmlm_tf (`configs/` of a checkout)."""
+    import importlib.resources
+    import os
+
+    try:
+        folder = importlib.resources.files("cmlm_tf.recipes")
+        if folder.is_dir():
+            return str(folder)
+    except ModuleNotFoundError:
+        pass
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "configs")
+    return checkout if os.path.isdir(checkout) else None
+
+
+def recipe_names() -> List[str]:
+    """The packaged recipes, by the names `--config_file` takes (`cmlm_tiny`, ...)."""
+    import os
+
+    folder = recipe_dir()
+    if folder is None:
+        return []
+    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
+
+
+def resolve_recipe(name_or_path: str) -> str:
+    """A `--config_file` value as a file: an existing path as it is; otherwise a packaged
+    recipe by name (`cmlm_tiny`, `cmlm_tiny.yaml` or `configs/cmlm_tiny.yaml`), so recipes
+    work from any directory once cmlm_tf is installed."""
+    import os
+
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(name_or_path):
+        return name_or_path
+    folder = recipe_dir()
+    directory, name = os.path.split(name_or_path)
+    if folder and os.path.normpath(directory or ".") in (".", "configs"):
+        for candidate in (name, name + ".yaml"):
+            if os.path.isfile(os.path.join(folder, candidate)):
+                return os.path.join(folder, candidate)
+    raise FileNotFoundError(
+        f"--config_file {name_or_path}: no such file and no packaged recipe of that name "
+        f"(recipes: {', '.join(recipe_names()) or 'none found'})")
+
+
+def read_yaml_mapping(path: str, what: str = "config file") -> dict:
+    """A YAML file's top-level mapping, read with the safe loader (no Python tags)."""
+    import tensorflow as tf
+    import yaml
+
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            data = yaml.safe_load(f.read())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or _first_line(e)
+        raise ValueError(f"{path}:{where}: malformed YAML {what} ({problem})") from None
+    except (tf.errors.OpError, OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the {what} ({_first_line(e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the {what} must be a mapping of keys, got "
+                         f"{type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> dict:
+    """`--params_override` as a dict: `a.b=1,c.d=x` pairs, a YAML/JSON mapping, or the path
+    of a YAML file. Parsed with the safe YAML loader."""
+    import tensorflow as tf
+    import yaml
+    from official.modeling.hyperparams import params_dict
+
+    try:
+        text = params_dict.nested_csv_str_to_json_str(text)
+    except ValueError:
+        pass
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"--params_override: cannot parse {text[:80]!r} "
+                         f"({getattr(e, 'problem', None) or _first_line(e)})") from None
+    if isinstance(data, dict):
+        return data
+    if isinstance(data, str) and tf.io.gfile.exists(data):
+        return read_yaml_mapping(data, "--params_override file")
+    raise ValueError(f"--params_override: expected key=value pairs (a.b=1,c=2), a YAML "
+                     f"mapping or a YAML file, got {text[:80]!r}")
+
+
 def load_experiment_config(
     config_files: Optional[List[str]] = None,
     params_override: str = "",
     base: Optional[hyperparams.Config] = None,
 ) -> hyperparams.Config:
-    """Applies YAML files then a `a.b=1,c=2` override string, strictly, to `base`.
+    """Applies YAML files (paths or packaged recipe names) then a `a.b=1,c=2` override string,
+    strictly, to `base`; then checks every field's type, points bundled-data paths at the
+    installed package, and makes learning-rate decays of 0 steps follow
+    `trainer.train_steps` (`follow_train_steps`).
 
-    An unknown key or a wrong type raises ValueError naming the key.
+    YAML is read with the safe loader. An unknown key, a wrong type or an unreadable file
+    raises ValueError (FileNotFoundError for a missing one) naming it.
     """
     params = base if base is not None else SentenceExperimentConfig()
-    for path in config_files or []:
+    for name in config_files or []:
+        path = resolve_recipe(name)
         try:
-            params = hyperparams.override_params_dict(params, path, is_strict=True)
-        except (KeyError, TypeError, ValueError) as e:
+            params.override(read_yaml_mapping(path), is_strict=True)
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{path}: {_first_line(e)}") from None
+        _check_types(params, path)
     if params_override:
         try:
-            params = hyperparams.override_params_dict(params, params_override, is_strict=True)
-        except (KeyError, TypeError, ValueError) as e:
+            params.override(parse_override(params_override), is_strict=True)
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"--params_override: {_first_line(e)}") from None
+        _check_types(params, "--params_override")
+    resolve_bundled_paths(params)
+    follow_train_steps(params)
     return params
+
+
+def _check_types(params: hyperparams.Config, source: str) -> None:
+    try:
+        check_types(params)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+
+
+def check_types(config: hyperparams.Config, prefix: str = "") -> None:
+    """Raises ValueError naming the first field whose value does not have its declared type
+    (an int field given "abc", a list given a number, ...)."""
+    import typing
+
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name, None)
+        name = prefix + field.name
+        if isinstance(value, hyperparams.Config):
+            check_types(value, name + ".")
+            continue
+        expected = field.type
+        origin = typing.get_origin(expected)
+        allowed = typing.get_args(expected) if origin is typing.Union else (expected,)
+        if value is None and type(None) in allowed:
+            continue
+        kinds = {typing.get_origin(t) or t for t in allowed if t is not type(None)}
+        if kinds <= {bool} and not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        if kinds <= {int} and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        if kinds <= {float, int} and float in kinds and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if kinds <= {str} and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        if kinds and kinds <= {list, tuple, typing.List, typing.Tuple} and \
+                not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be a list, got {value!r}")
+
+
+# Paths in recipes that name files shipped inside the package (`cmlm_tf/data/corpus/...`).
+BUNDLED_PREFIX = "cmlm_tf/"
+
+
+def resolve_bundled_paths(config: hyperparams.Config) -> None:
+    """Rewrites `cmlm_tf/...` paths (or comma-separated lists of them) that do not exist
+    from the working directory into the installed package's files, so recipes that name
+    bundled data run from anywhere."""
+    import os
+
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def resolve(text: str) -> str:
+        parts = text.split(",")
+        if not any(part.strip().startswith(BUNDLED_PREFIX) for part in parts):
+            return text
+        resolved = []
+        for part in parts:
+            path = part.strip()
+            if path.startswith(BUNDLED_PREFIX) and not _matches(path):
+                candidate = os.path.join(package_parent, path)
+                if _matches(candidate):
+                    path = candidate
+            resolved.append(path)
+        return ",".join(resolved)
+
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name, None)
+        if isinstance(value, hyperparams.Config):
+            resolve_bundled_paths(value)
+        elif isinstance(value, str) and value:
+            new = resolve(value)
+            if new != value:
+                config.override({field.name: new}, is_strict=True)
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
+            new = [resolve(v) if isinstance(v, str) else v for v in value]
+            if new != list(value):
+                config.override({field.name: new}, is_strict=True)
+
+
+def _matches(pattern: str) -> bool:
+    import glob
+
+    return bool(glob.glob(pattern))
+
+
+def follow_train_steps(params: hyperparams.Config) -> None:
+    """A polynomial or cosine learning-rate decay of 0 steps (the experiments' default)
+    decays over `trainer.train_steps`, so raising `trainer.train_steps` on a finished run
+    continues training instead of training at learning rate 0."""
+    trainer = getattr(params, "trainer", None)
+    learning_rate = getattr(getattr(trainer, "optimizer_config", None), "learning_rate", None)
+    if learning_rate is None:
+        return
+    schedule = learning_rate.get()
+    if schedule is not None and getattr(schedule, "decay_steps", None) == 0:
+        schedule.decay_steps = trainer.train_steps
 
 
 def _first_line(error: Exception) -> str:

@@ -251,7 +251,7 @@ def convert(hf_dir: str, output_dir: str) -> str:
     return warm_start_path
 
 
-def main(argv=None) -> int:
+def build_parser():
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -260,14 +260,15 @@ def main(argv=None) -> int:
     parser.add_argument("--hf_dir", required=True,
                         help="folder with config.json, model.safetensors, vocab.txt")
     parser.add_argument("--output_dir", required=True)
-    args = parser.parse_args(argv)
-    try:
-        path = convert(args.hf_dir, args.output_dir)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {path}")
-    return 0
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from cmlm_tf import cli
+
+    cli.quiet_tensorflow_logs()
+    return cli.run_main(lambda: print(f"wrote {convert(args.hf_dir, args.output_dir)}"))
 
 
 if __name__ == "__main__":

@@ -119,24 +119,30 @@ def convert(input_path: str, output: str, by_language: bool = False,
             "files": len(names)}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cmlm_tf.convert_nli",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("input", help="MNLI/SNLI/XNLI TSV file with a header row")
     parser.add_argument("output", help="output file, or prefix with --by_language")
     parser.add_argument("--by_language", action="store_true",
                         help="write OUTPUT.<language>.tsv, line-aligned by pairID")
     parser.add_argument("--languages", default="",
                         help="comma-separated languages to keep (default: all)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     languages = [name.strip() for name in args.languages.split(",") if name.strip()]
-    try:
+
+    def body():
         counts = convert(args.input, args.output, args.by_language, languages or None)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"{counts['written']} examples written to {counts['files']} file(s); "
-          f"{counts['dropped']} rows dropped")
-    return 0
+        print(f"{counts['written']} examples written to {counts['files']} file(s); "
+              f"{counts['dropped']} rows dropped")
+
+    from cmlm_tf import cli
+
+    return cli.run_main(body)
 
 
 if __name__ == "__main__":

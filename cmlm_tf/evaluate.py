@@ -255,15 +255,15 @@ def write_report(report: Dict[str, object], path: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+    cli.quiet_tensorflow_logs()
+
+    def body():
         report = run(args)
         print(format_table(report))
         if args.output:
             write_report(report, args.output)
-    except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {cli.one_line(e)}", file=sys.stderr)
-        return 2
-    return 0
+
+    return cli.run_main(body)
 
 
 if __name__ == "__main__":

@@ -491,6 +491,12 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
     serving_dir = os.path.join(export_dir, "serving", "1")
     if not os.path.exists(os.path.join(serving_dir, "saved_model.pb")):
         raise FileNotFoundError(f"{serving_dir}/saved_model.pb: not found")
-    serving = tf.saved_model.load(serving_dir)
+    try:
+        serving = tf.saved_model.load(serving_dir)
+    except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
+        text = " ".join(str(e).split())[:300] or type(e).__name__
+        raise ValueError(f"{serving_dir}: cannot load the SavedModel (a damaged or truncated "
+                         f"saved_model.pb or variables/ file? {type(e).__name__}: {text})"
+                         ) from None
     return SentenceEncoderModel(export_dir, metadata, serving, precision=precision,
                                 jit_compile=jit_compile, threads=threads)

@@ -81,13 +81,13 @@ def run(args) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+    cli.quiet_tensorflow_logs()
+
+    def body():
         written = run(args)
-    except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {cli.one_line(e)}", file=sys.stderr)
-        return 2
-    print(f"{written} pairs written to {args.output}", file=sys.stderr)
-    return 0
+        print(f"{written} pairs written to {args.output}", file=sys.stderr)
+
+    return cli.run_main(body)
 
 
 if __name__ == "__main__":

@@ -5,25 +5,31 @@ r"""Prints the cosine similarities between sentences under an exported encoder.
 
 import sys
 
+from cmlm_tf import cli
 
-def main(argv=None) -> int:
+
+def build_parser():
     import argparse
 
     parser = argparse.ArgumentParser(
         prog="python -m cmlm_tf.similarity",
         description="Encode sentences with an exported cmlm_tf model and print their "
                     "cosine similarity matrix.")
-    parser.add_argument("--model", required=True, help="folder written by export.export_tfhub")
+    parser.add_argument("--model", required=True, help="folder written by cmlm_tf.export")
     parser.add_argument("sentences", nargs="+")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    cli.quiet_tensorflow_logs()
+    return cli.run_main(lambda: _print_similarities(args))
+
+
+def _print_similarities(args) -> None:
     import cmlm_tf
 
-    try:
-        model = cmlm_tf.load(args.model)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    model = cmlm_tf.load(args.model)
     vectors = model.encode(args.sentences)
     similarity = vectors @ vectors.T
     width = max(len(s) for s in args.sentences[:9]) if len(args.sentences) < 10 else 40
@@ -37,7 +43,6 @@ def main(argv=None) -> int:
         if ranked:
             print(f"nearest to [{i}]: [{ranked[0]}] {args.sentences[ranked[0]]!r} "
                   f"(cosine {similarity[i, ranked[0]]:.3f})")
-    return 0
 
 
 if __name__ == "__main__":

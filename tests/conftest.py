@@ -177,7 +177,7 @@ TINY_CMLM_OVERRIDES = ",".join([
     "task.model.encoder.num_attention_heads=2", "task.model.encoder.intermediate_size=64",
     "task.train_data.global_batch_size=8", "trainer.steps_per_loop=10",
     "trainer.summary_interval=10", "trainer.checkpoint_interval=10",
-    "trainer.validation_interval=10"])
+    "trainer.validation_interval=10", "trainer.optimizer_config.warmup.linear.warmup_steps=2"])
 
 
 def tiny_cmlm_config(tiny_vocab, corpus, **data):

@@ -61,7 +61,8 @@ def test_cmlm_train_and_eval_reports_dev_metrics(tmp_path, tiny_vocab):
             "dev_sts_file": sts_file, "dev_retrieval_files": [bitext]},
         "trainer": {"train_steps": 2, "steps_per_loop": 2, "summary_interval": 2,
                     "checkpoint_interval": 2, "validation_interval": 2,
-                    "validation_steps": 1},
+                    "validation_steps": 1,
+                    "optimizer_config": {"warmup": {"linear": {"warmup_steps": 1}}}},
         "runtime": {"distribution_strategy": "mirrored", "num_gpus": 0}}
     params = train.build_params("cmlm_tf/cmlm", params_override=json.dumps(overrides))
     model, _ = train.run(params, str(tmp_path / "run"), "train_and_eval")

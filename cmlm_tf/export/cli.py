@@ -46,17 +46,19 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         parser.error("pass exactly one of --model_dir and --hf_dir")
     if args.seq_length is not None and args.seq_length < 3:
         parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
-    try:
+    from cmlm_tf import cli
+
+    cli.quiet_tensorflow_logs()
+
+    def body():
         path = export_lib.export(args.export_dir, model_dir=args.model_dir,
                                  checkpoint=args.checkpoint, encoder_key=args.encoder_key,
                                  hf_dir=args.hf_dir, seq_length=args.seq_length,
                                  overwrite=args.overwrite, tflite=args.tflite,
                                  classic_wordpiece=args.classic_wordpiece)
-    except (FileNotFoundError, FileExistsError, ValueError, NotImplementedError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"exported to {path}")
-    return 0
+        print(f"exported to {path}")
+
+    return cli.run_main(body)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ import datetime
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from typing import Optional
 
 DEFAULT_SEQ_LENGTH = 128
@@ -178,6 +180,26 @@ def _build_core_encoder(encoder):
     return tf_keras.Model(inputs, encoder(inputs), name="sentence_encoder")
 
 
+class _no_compiled_metrics_warning:
+    """tf_keras warns, on saving any model that was never compiled, that its "compiled
+    metrics have yet to be built"; these models are for inference and fine-tuning by their
+    users, who compile them themselves."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return "compiled metrics have yet to be built" not in record.getMessage()
+
+    def __enter__(self):
+        import tensorflow as tf
+
+        tf.get_logger().addFilter(self.filter)
+
+    def __exit__(self, *exc):
+        import tensorflow as tf
+
+        tf.get_logger().removeFilter(self.filter)
+
+
 _PROBE_TEXTS = ["A man is playing a guitar.", "", "Un hombre toca la guitarra en la calle.",
                 "hello world " * 40]
 
@@ -323,7 +345,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         raise FileExistsError(f"{export_dir}: already exists (pass --overwrite to replace it)")
     parent = os.path.dirname(export_dir)
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=os.path.basename(export_dir) + ".tmp-", dir=parent)
+    remove_stale_staging(export_dir)
+    staging = _owned_tempdir(export_dir, ".tmp-")
     try:
         work = os.path.join(staging, "_work")
         source = resolve_source(model_dir=model_dir, checkpoint=checkpoint, hf_dir=hf_dir,
@@ -349,11 +372,12 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         encoder = sentence_encoder.build_sentence_encoder(model.encoder)
         sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)
         core = _build_core_encoder(encoder)
-        core.save(os.path.join(staging, "encoder"), include_optimizer=False, save_format="tf")
-
         preprocessor = tokenization.create_preprocessor(model.tokenizer, seq_length)
-        preprocessor.save(os.path.join(staging, "preprocessor"), include_optimizer=False,
-                          save_format="tf")
+        with _no_compiled_metrics_warning():
+            core.save(os.path.join(staging, "encoder"), include_optimizer=False,
+                      save_format="tf")
+            preprocessor.save(os.path.join(staging, "preprocessor"), include_optimizer=False,
+                              save_format="tf")
 
         module = serving.ServingModule(inference_forward.InferenceForward(encoder), tokenizer,
                                        seq_length)
@@ -399,11 +423,56 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     return export_dir
 
 
+# In every staging folder: which process writes it, so a later export can tell a folder
+# an interrupted export left behind from one another export is writing now.
+_OWNER_FILE = ".cmlm_tf_export_owner"
+
+
+def _owned_tempdir(export_dir: str, infix: str) -> str:
+    import socket
+
+    folder = tempfile.mkdtemp(prefix=os.path.basename(export_dir) + infix,
+                              dir=os.path.dirname(export_dir))
+    with open(os.path.join(folder, _OWNER_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+    return folder
+
+
+def remove_stale_staging(export_dir: str) -> list:
+    """Removes `OUT.tmp-*` / `OUT.old-*` folders of `export_dir` whose exporting process
+    (on this host) is gone: what an interrupted export leaves behind. Returns their names."""
+    import socket
+
+    from cmlm_tf.run_dir import pid_alive
+
+    parent, base = os.path.split(export_dir)
+    removed = []
+    for name in sorted(os.listdir(parent)):
+        if not (name.startswith(base + ".tmp-") or name.startswith(base + ".old-")):
+            continue
+        folder = os.path.join(parent, name)
+        try:
+            with open(os.path.join(folder, _OWNER_FILE), encoding="utf-8") as f:
+                owner = json.load(f)
+        except (OSError, ValueError):
+            owner = None
+        if owner is None and time.time() - os.path.getmtime(folder) < 60:
+            continue  # just created: its owner file is being written
+        if isinstance(owner, dict) and (owner.get("host") != socket.gethostname()
+                                        or pid_alive(int(owner.get("pid", -1)))):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(name)
+    if removed:
+        print(f"removed {', '.join(removed)}, left by an interrupted export", file=sys.stderr)
+    return removed
+
+
 def _replace_dir(new: str, target: str) -> None:
     """Moves `new` to `target`; an old `target` is removed only once `new` is in place."""
+    os.remove(os.path.join(new, _OWNER_FILE))
     if os.path.exists(target):
-        old = tempfile.mkdtemp(prefix=os.path.basename(target) + ".old-",
-                               dir=os.path.dirname(target))
+        old = _owned_tempdir(target, ".old-")
         os.rename(target, os.path.join(old, "export"))
         os.rename(new, target)
         shutil.rmtree(old, ignore_errors=True)

@@ -138,7 +138,13 @@ def restore_encoder(encoder: tf_keras.Model, path: str,
         status = checkpoint.read(prefix)
         status.expect_partial()
         status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
+    except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
+        from cmlm_tf import run_dir
+
+        problem = run_dir.checkpoint_problem(prefix)
+        if problem is not None:
+            raise ValueError(f"{prefix}: the checkpoint's files ({prefix}.index, "
+                             f"{prefix}.data-*) cannot be read ({problem})") from None
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(
             f"{prefix}: checkpoint does not fit task.model.encoder ({message[:300]})") from None

@@ -39,7 +39,7 @@ def bitext_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=2000, optimizer_config=configs.adamw_optimizer(3e-5, 100, 2000),
+            train_steps=2000, optimizer_config=configs.adamw_optimizer(3e-5, 100),
             checkpoint_interval=500, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=20, validation_interval=500),
         restrictions=["task.train_data.is_training != None"])

@@ -57,7 +57,7 @@ def mlm_tlm_experiment() -> cfg.ExperimentConfig:
         task=MLMTLMTaskConfig(),
         trainer=cfg.TrainerConfig(
             train_steps=400000,
-            optimizer_config=configs.lamb_optimizer(decay_steps=400000),
+            optimizer_config=configs.lamb_optimizer(),
             checkpoint_interval=10000, max_to_keep=5, summary_interval=1000,
             steps_per_loop=1000, validation_steps=100, validation_interval=10000),
         restrictions=["task.train_data.is_training != None"])

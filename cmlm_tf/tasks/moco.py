@@ -78,7 +78,7 @@ def moco_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=1000, optimizer_config=configs.adamw_optimizer(3e-5, 50, 1000),
+            train_steps=1000, optimizer_config=configs.adamw_optimizer(3e-5, 50),
             checkpoint_interval=500, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=20, validation_interval=500),
         restrictions=["task.train_data.is_training != None"])

@@ -43,7 +43,7 @@ def nli_experiment() -> cfg.ExperimentConfig:
     return cfg.ExperimentConfig(
         task=task,
         trainer=cfg.TrainerConfig(
-            train_steps=2000, optimizer_config=configs.adamw_optimizer(2e-5, 200, 2000),
+            train_steps=2000, optimizer_config=configs.adamw_optimizer(2e-5, 200),
             checkpoint_interval=500, max_to_keep=3, summary_interval=100,
             steps_per_loop=100, validation_steps=-1, validation_interval=1000),
         restrictions=["task.train_data.is_training != None"])
