@@ -298,8 +298,6 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             latest = run_dir.recover_latest_checkpoint(model_dir)
         start_step = run_dir.checkpoint_step(latest)
         params = prepare_vocabulary(params, model_dir)
-        if training:
-            train_utils.serialize_config(params, model_dir)
         runtime = params.runtime
         if strategy is None:
             strategy = distribute_utils.get_distribution_strategy(
@@ -319,8 +317,11 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
                 trainer = train_utils.create_trainer(
                     params, task, train=training, evaluate="eval" in mode,
                     checkpoint_exporter=None, trainer_cls=_trainer_class())
-            if training:  # after the data: a bad input file is the first thing to report
+            if training:
+                # After the data (a bad input file is the first thing to report), before
+                # params.yaml: a refused run leaves the run directory as it was.
                 check_learning_rate(params, start_step)
+                train_utils.serialize_config(params, model_dir)
             result = _runner_class()(
                 distribution_strategy=strategy, task=task, mode=mode, params=params,
                 model_dir=model_dir, trainer=trainer).run()

@@ -165,6 +165,12 @@ def subprocess_env() -> dict:
                 TF_USE_LEGACY_KERAS="1")
 
 
+def cli_env() -> dict:
+    """`subprocess_env()` with TensorFlow's C++ log level left to the command's own default,
+    as a user runs it."""
+    return {k: v for k, v in subprocess_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
 def write_corpus(path: pathlib.Path, documents) -> pathlib.Path:
     """A CMLM text file: one sentence per line, a blank line between documents."""
     path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")

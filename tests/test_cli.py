@@ -1,0 +1,159 @@
+"""The command lines: --help, one-line errors through the real entry points, the learning
+rate of a continued run, and configs read safely."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env
+
+CLIS = {
+    "cmlm_tf.train": ["--experiment", "--mode", "--model_dir", "--config_file",
+                      "--params_override"],
+    "cmlm_tf.export.cli": ["--export_dir", "--model_dir", "--hf_dir", "--tflite",
+                           "--classic_wordpiece"],
+    "cmlm_tf.evaluate": ["sts", "retrieval", "mining", "bias", "classify", "pcr"],
+    "cmlm_tf.mine": ["--model", "--src", "--tgt", "--output"],
+    "cmlm_tf.similarity": ["--model"],
+    "cmlm_tf.build_vocab": ["--input", "--vocab_size", "--type"],
+    "cmlm_tf.convert_hf_bert": ["--hf_dir", "--output_dir"],
+    "cmlm_tf.convert_nli": ["--by_language", "--languages"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(CLIS))
+def test_help_exits_0_and_lists_the_flags(module, capsys):
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in CLIS[module]:
+        assert flag in text, flag
+    if module == "cmlm_tf.train":
+        from cmlm_tf import experiments
+
+        for name in experiments.EXPERIMENTS:
+            assert name in text
+        assert "cmlm_tiny" in text  # packaged recipes by name
+
+
+def test_the_static_experiment_list_is_the_registry():
+    from official.core import exp_factory
+
+    from cmlm_tf import experiments
+
+    experiments.register()
+    # Model Garden's registry nests names by their "/" parts.
+    registered = {f"cmlm_tf/{name}" for name in exp_factory._REGISTERED_CONFIGS["cmlm_tf"]}
+    assert registered == set(experiments.EXPERIMENTS)
+
+
+def _train(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "cmlm_tf.train", *args], capture_output=True,
+                          text=True, env=cli_env(), cwd=cwd or REPO_DIR, timeout=600)
+
+
+BASE = ["--experiment=cmlm_tf/cmlm", "--config_file=cmlm_tiny", "--mode=train"]
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--params_override=trainer.train_steps=abc"], "trainer.train_steps"),
+    (["--params_override=task.train_data.global_batch_size=abc"],
+     "task.train_data.global_batch_size"),
+    (["--config_file=/nowhere/missing.yaml"], "missing.yaml"),
+    (["--config_file=BAD_YAML"], "bad.yaml"),
+    (["--params_override=!!python/name:os.system"], "python/name"),
+])
+def test_config_mistakes_are_one_line_errors(tmp_path, args, names):
+    args = [a.replace("BAD_YAML", str(tmp_path / "bad.yaml")) for a in args]
+    (tmp_path / "bad.yaml").write_text("task:\n  model: [1, 2\n")
+    result = _train(*BASE, f"--model_dir={tmp_path / 'run'}", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_experiment_and_unwritable_model_dir(tmp_path):
+    result = _train("--experiment=cmlm_tf/nope", "--mode=train",
+                    f"--model_dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "cmlm_tf/nope" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 5  # argparse: usage + the error
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    result = _train(*BASE, f"--model_dir={blocker / 'run'}",
+                    "--params_override=trainer.train_steps=2")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "a_file" in lines[0], lines
+
+
+def test_yaml_tags_are_not_resolved(tmp_path):
+    from cmlm_tf import configs
+
+    recipe = tmp_path / "evil.yaml"
+    recipe.write_text("task: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ValueError, match="evil.yaml"):
+        configs.load_experiment_config([str(recipe)])
+
+
+def _encoder_weights(prefix):
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_dtype_map()
+            if name.startswith("encoder/") and "optimizer" not in name}
+
+
+def test_raising_train_steps_continues_training(tmp_path):
+    run_dir = tmp_path / "run"
+    common = [*BASE, f"--model_dir={run_dir}"]
+    first = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10")
+    assert first.returncode == 0, first.stderr[-2000:]
+    more = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert "restored step 10 from ckpt-10" in more.stderr
+    before, after = _encoder_weights(run_dir / "ckpt-10"), _encoder_weights(run_dir / "ckpt-20")
+    changed = [name for name in before if not np.array_equal(before[name], after[name])]
+    assert len(changed) > len(before) // 2, "the added steps did not train the encoder"
+    # A decay that ended before the added steps would train at learning rate 0: refused.
+    stuck = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=30,"
+                   "trainer.optimizer_config.learning_rate.polynomial.decay_steps=20")
+    lines = stuck.stderr.strip().splitlines()
+    assert stuck.returncode == 2 and len(lines) <= 6, lines
+    assert "learning rate is 0 from step 20" in lines[-1] and "decay_steps" in lines[-1]
+    assert not (run_dir / "ckpt-30.index").exists()
+    assert "train_steps: 20" in (run_dir / "params.yaml").read_text()  # not overwritten
+    # Resuming a finished run logs what it restored, not a list of unrestored values.
+    again = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20")
+    assert again.returncode == 0 and "restored step 20 from ckpt-20" in again.stderr
+    assert "Unresolved object" not in again.stderr and "could not be found" not in again.stderr
+
+
+def test_main_job_log_is_quiet_and_once(tmp_path):
+    """No ERROR line, each block of metrics once, as plain numbers, no FLOPs warning."""
+    result = _train(*BASE, f"--model_dir={tmp_path / 'run'}",
+                    f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert not [line for line in lines if line.startswith("E") or "ERROR" in line]
+    metric_lines = [line for line in lines + result.stdout.splitlines() if "output:" in line]
+    assert len(metric_lines) == 2, metric_lines  # steps 10 and 20, each once
+    assert "np.float32" not in result.stderr + result.stdout
+    assert "FLOPs" not in result.stderr
+    assert "finished: step 20" in result.stderr
+
+
+def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypatch):
+    from cmlm_tf import configs, train
+
+    monkeypatch.chdir(tmp_path)
+    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
+    for path in (params.task.train_data.input_path, params.task.model.tokenizer.vocab_file):
+        assert os.path.isabs(path) and os.path.exists(path), path
+    assert params.trainer.optimizer_config.learning_rate.polynomial.decay_steps == \
+        params.trainer.train_steps
+    with pytest.raises(FileNotFoundError, match="cmlm_tinyy.*cmlm_tiny"):
+        configs.resolve_recipe("cmlm_tinyy")

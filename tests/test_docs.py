@@ -1,0 +1,113 @@
+"""Every `python -m` command in README.md and docs/ parses with the command's own parser
+(flags, choices such as --experiment, packaged recipe names), and the README stays short."""
+
+import importlib
+import re
+import shlex
+
+import pytest
+from conftest import REPO_DIR
+
+# Module run with `python -m` -> the module whose build_parser() parses its flags.
+PARSERS = {
+    "cmlm_tf.train": "cmlm_tf.train",
+    "cmlm_tf.export": "cmlm_tf.export.cli",
+    "export.export_tfhub": "cmlm_tf.export.cli",
+    "cmlm_tf.evaluate": "cmlm_tf.evaluate",
+    "cmlm_tf.mine": "cmlm_tf.mine",
+    "cmlm_tf.similarity": "cmlm_tf.similarity",
+    "cmlm_tf.build_vocab": "cmlm_tf.build_vocab",
+    "cmlm_tf.convert_hf_bert": "cmlm_tf.convert_hf_bert",
+    "cmlm_tf.convert_nli": "cmlm_tf.convert_nli",
+}
+OPTIONAL = {"experiments.run": "experiments.run", "experiments.report": "experiments.report",
+            "cmlm_tf.mine_hard_negatives": "cmlm_tf.mine_hard_negatives"}
+NOT_OURS = {"venv", "pip", "pytest", "zipfile", "json.tool"}
+DOCS = [REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").glob("*.md"))]
+
+
+def _commands(path):
+    """(file, line, module, arguments, whole) of each `python -m` command: whole commands in
+    fenced blocks, and fragments (whole=False) in inline code spans that carry flags."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    in_block = False
+    pending, start = "", 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            in_block = not in_block
+            continue
+        if in_block:
+            if not pending:
+                start = number
+            pending += line.rstrip("\\").rstrip() + " "
+            if line.rstrip().endswith("\\"):
+                continue
+            found.append((start, pending, True))
+            pending = ""
+        else:
+            for span in re.findall(r"`([^`]*python -m [^`]*)`", line):
+                if " --" in span:
+                    found.append((number, span, False))
+    commands = []
+    for number, text, whole in found:
+        text = re.sub(r"\$\([^)]*\)", "SUBSTITUTED", text.split(" #")[0])
+        for segment in re.split(r"&&|;|\|\|", text):
+            match = re.search(r"python(?:3(?:\.\d+)?)? -m ([\w.]+)(.*)", segment)
+            if match and match.group(1) not in NOT_OURS:
+                commands.append((path.name, number, match.group(1), match.group(2).strip(),
+                                 whole))
+    return commands
+
+
+ALL = [command for path in DOCS for command in _commands(path)]
+
+
+def test_commands_were_found():
+    modules = {module for _, _, module, _, _ in ALL}
+    assert {"cmlm_tf.train", "cmlm_tf.export", "cmlm_tf.evaluate"} <= modules
+    assert len(ALL) > 40
+
+
+@pytest.mark.parametrize("where,number,module,arguments,whole", ALL,
+                         ids=[f"{w}:{n}" for w, n, _, _, _ in ALL])
+def test_command_parses(where, number, module, arguments, whole):
+    from cmlm_tf import configs
+
+    target = PARSERS.get(module) or OPTIONAL.get(module)
+    assert target, f"{where}:{number}: unknown command python -m {module}"
+    try:
+        parser = importlib.import_module(target).build_parser()
+    except ModuleNotFoundError:
+        pytest.skip(f"{target} is not part of this checkout")
+    tokens = shlex.split(arguments)
+    synopsis = not whole or any(token.startswith(("[", "(")) or token in ("|", "...", "…")
+                                or token.endswith(("]", ")")) for token in tokens) \
+        or "|" in arguments
+    known = {option for action in parser._actions for option in action.option_strings}
+    subparsers = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    for sub in subparsers:
+        for child in sub.choices.values():
+            known |= {o for a in child._actions for o in a.option_strings}
+    if synopsis:
+        # A usage summary: every flag it names must exist.
+        flags = {re.split(r"[=\]\)]", token.strip("[("))[0] for token in tokens
+                 if token.strip("[(").startswith("--")}
+        assert flags <= known, f"{where}:{number}: unknown flags {sorted(flags - known)}"
+        return
+    try:
+        args = parser.parse_args(tokens)
+    except SystemExit:
+        pytest.fail(f"{where}:{number}: python -m {module} {arguments}")
+    for recipe in getattr(args, "config_file", None) or []:
+        if "/" not in recipe and not recipe.endswith(".yaml"):
+            configs.resolve_recipe(recipe)
+
+
+def test_readme_is_a_front_page():
+    lines = (REPO_DIR / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 160
+    text = "\n".join(lines)
+    for needed in ("python -m cmlm_tf.train", "hub.KerasLayer", "cmlm_tf.load",
+                   "docker run", "pytest -q"):
+        assert needed in text, needed

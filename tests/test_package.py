@@ -1,0 +1,59 @@
+"""The installed wheel works outside the repository: packaged recipes, bundled data, console
+scripts; and it installs no generic top-level `export` package."""
+
+import os
+import subprocess
+import sys
+import zipfile
+
+from conftest import REPO_DIR, TINY_CMLM_OVERRIDES
+
+
+def _run(command, cwd, env, timeout=600):
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, (command, result.stdout[-1500:], result.stderr[-3000:])
+    return result
+
+
+def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+          str(REPO_DIR)], cwd=tmp_path, env=env)
+    wheel = next((tmp_path / "dist").glob("cmlm_tf-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "cmlm_tf/recipes/cmlm_tiny.yaml" in names
+    assert "cmlm_tf/data/corpus/persuasion.txt" in names
+    assert not [n for n in names if n.startswith(("export/", "configs/", "tests/"))]
+
+    # A fresh venv with the wheel, borrowing the test environment's dependencies through a
+    # .pth line (its other .pth files, the editable install's among them, are not run).
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    bin_dir = venv / "bin"
+    site = _run([str(bin_dir / "python"), "-c", "import sysconfig; "
+                 "print(sysconfig.get_paths()['purelib'])"], tmp_path, env).stdout.strip()
+    dependencies = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+    with open(os.path.join(site, "test_dependencies.pth"), "w", encoding="utf-8") as f:
+        f.write("\n".join(dependencies) + "\n")
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+          str(wheel)], tmp_path, env)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    where = _run([str(bin_dir / "python"), "-c", "import cmlm_tf; print(cmlm_tf.__file__)"],
+                 work, env).stdout
+    assert str(venv) in where, where
+    missing = subprocess.run([str(bin_dir / "python"), "-c", "import export"], cwd=work, env=env,
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "No module named 'export'" in missing.stderr
+
+    _run([str(bin_dir / "cmlm-tf-train"), "--experiment=cmlm_tf/cmlm", "--config_file=cmlm_tiny",
+          "--mode=train", "--model_dir=run",
+          f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10"], work, env)
+    _run([str(bin_dir / "cmlm-tf-export"), "--model_dir=run", "--export_dir=exported"], work, env)
+    out = _run([str(bin_dir / "cmlm-tf-similarity"), "--model", "exported", "Anne was happy.",
+                "She felt joy."], work, env).stdout
+    assert "nearest to [0]: [1]" in out
+    card = (work / "exported" / "README.md").read_text()
+    assert str(work) not in card and str(tmp_path) not in card  # no local paths
