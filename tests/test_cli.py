@@ -157,3 +157,13 @@ def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypat
         params.trainer.train_steps
     with pytest.raises(FileNotFoundError, match="cmlm_tinyy.*cmlm_tiny"):
         configs.resolve_recipe("cmlm_tinyy")
+
+
+def test_exporter_argument_errors_come_before_tensorflow():
+    code = ("import sys\nfrom cmlm_tf.export import cli\n"
+            "try:\n    cli.main(['--export_dir', 'out', '--model_dir', 'a', '--hf_dir', 'b'])\n"
+            "except SystemExit as e:\n    print(e.code, 'tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=cli_env(), cwd=REPO_DIR, timeout=120)
+    assert result.stdout.split() == ["2", "False"], result.stderr[-1000:]
+    assert "--model_dir and --hf_dir" in result.stderr
