@@ -163,3 +163,22 @@ def test_metadata_that_does_not_fit_the_model_is_refused(tiny_export, tmp_path, 
     with pytest.raises(ValueError, match=message) as info:
         cmlm_tf.load(str(target))
     assert "cmlm_tf_export.json" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_random_unicode_gives_finite_deterministic_vectors_in_order(tiny_model):
+    """A fuzz of odd text: control characters, NUL, lone surrogates, emoji, RTL, CJK,
+    combining marks, very long strings."""
+    rng = np.random.default_rng(7)
+    blocks = [(0, 0x20), (0x20, 0x7F), (0x300, 0x36F), (0x590, 0x6FF), (0x2000, 0x206F),
+              (0x3000, 0x30FF), (0x4E00, 0x4FFF), (0xD800, 0xDFFF), (0xFFF0, 0xFFFF),
+              (0x1F300, 0x1F6FF)]
+    texts = []
+    for _ in range(120):
+        low, high = blocks[rng.integers(len(blocks))]
+        length = int(rng.choice([0, 1, 5, 40, 3000]))
+        texts.append("".join(chr(c) for c in rng.integers(low, high, size=length)))
+    vectors = tiny_model.encode(texts, batch_size=16)
+    assert vectors.shape == (len(texts), 32) and np.isfinite(vectors).all()
+    np.testing.assert_array_equal(tiny_model.encode(texts, batch_size=16), vectors)
+    for index in rng.choice(len(texts), 10, replace=False):
+        np.testing.assert_allclose(tiny_model.encode(texts[index]), vectors[index], atol=1e-5)
