@@ -424,6 +424,10 @@ def list_claims(results: str) -> None:
     print(f"{'claim':<13}{'arms':>5}{'steps':>7}  {'est. CPU, 3 seeds':>18}  "
           f"{'measured so far':>16}  title")
     for claim in claims_lib.CLAIMS.values():
+        if claim.results_from:
+            print(f"{claim.name:<13}{'':>5}{'':>7}  {'in ' + claim.results_from:>18}  "
+                  f"{'':>16}  {claim.title}")
+            continue
         measured, count = measured_cpu_minutes(claim, results)
         done = f"{measured:.0f} min ({count})" if count else "-"
         print(f"{claim.name:<13}{len(claim.arms):>5}{claim.steps:>7}  "
@@ -450,6 +454,9 @@ def main(argv=None) -> int:
     if not args.claim:
         parser.error("give --claim NAME (or --list)")
     claim = claims_lib.CLAIMS[args.claim]
+    if claim.results_from:
+        print(f"{claim.name}: evaluated by the runs of {claim.results_from}; running that")
+        claim = claims_lib.CLAIMS[claim.results_from]
     steps = args.steps or claim.steps
     command = f"python -m experiments.run --claim {claim.name} --seeds {args.seeds}"
     if args.steps:
