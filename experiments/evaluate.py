@@ -141,12 +141,13 @@ def evaluate_spread(encode, source: str, data: str, shared: str) -> Dict[str, fl
     return spread(np.asarray(encode(texts)))
 
 
-def training_curves(train_dir: str) -> Dict[str, List[List[float]]]:
-    """Every scalar of the run's TensorBoard `train` summaries: tag -> [[step, value], ...]."""
+def training_curves(train_dir: str, kind: str = "train") -> Dict[str, List[List[float]]]:
+    """Every scalar of the run's TensorBoard summaries of `kind` (train or validation):
+    tag -> [[step, value], ...]."""
     import tensorflow as tf
 
     curves: Dict[str, Dict[int, float]] = {}
-    for path in sorted(glob.glob(os.path.join(train_dir, "train", "events.out.tfevents.*"))):
+    for path in sorted(glob.glob(os.path.join(train_dir, kind, "events.out.tfevents.*"))):
         for record in tf.data.TFRecordDataset(path):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
@@ -179,6 +180,13 @@ def run(model_dir: str, spec: dict) -> dict:
             metrics.update(evaluate_stsb_nn(encode, shared, evaluation["min_score"]))
         elif kind == "spread":
             metrics.update(evaluate_spread(encode, evaluation["source"], data, shared))
+        elif kind == "validation":
+            validation = training_curves(spec["train_dirs"][-1], "validation")
+            if not validation:
+                raise ValueError(f"{spec['train_dirs'][-1]}/validation: no summaries (the "
+                                 "runner's --mode=eval step writes them)")
+            metrics.update({f"validation/{tag}": points[-1][1]
+                            for tag, points in validation.items() if points})
         else:
             raise ValueError(f"unknown evaluation {kind!r}")
     curves = [training_curves(train_dir) for train_dir in spec.get("train_dirs", [])]

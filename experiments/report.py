@@ -158,6 +158,9 @@ def plot(results: ClaimResults, path: str) -> None:
     figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8),
                                 squeeze=False)
     for axis, panel in zip(axes[0], panels):
+        if panel.curve:
+            _plot_curves(axis, results, panel)
+            continue
         arms = [arm for arm in panel.arms if results.values(arm, panel.metric)]
         xs = [_arm_x(results, arm) for arm in arms]
         numeric = panel.log_x or (panel.x_label and all(x is not None for x in xs))
@@ -197,6 +200,28 @@ def plot(results: ClaimResults, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def _plot_curves(axis, results: ClaimResults, panel) -> None:
+    """The training-summary tag `panel.metric` of every seed against cumulative training CPU
+    minutes (each stage's points spread over that stage's CPU time)."""
+    colours = ["C0", "C1", "C2", "C3", "C4"]
+    for colour, arm in zip(colours, panel.arms):
+        for number, record in enumerate(results.by_arm.get(arm, {}).values()):
+            xs, ys, offset = [], [], 0.0
+            for stage, curves in zip(record["stages"], record["train_curves"]):
+                minutes = stage["cpu_seconds"] / 60
+                for step, value in curves.get(panel.metric, []):
+                    xs.append(offset + minutes * step / stage["steps"])
+                    ys.append(value)
+                offset += minutes
+            axis.plot(xs, ys, color=colour, linewidth=1,
+                      label=results.label(arm) if number == 0 else None)
+    axis.set_xlabel("training CPU minutes (cumulative over stages)", fontsize=8)
+    axis.set_ylabel(panel.metric, fontsize=8)
+    axis.set_title(panel.title, fontsize=9)
+    axis.legend(fontsize=7)
+    axis.grid(alpha=0.3)
 
 
 def _arm_x(results: ClaimResults, arm: str) -> Optional[float]:

@@ -219,16 +219,19 @@ def ensure_init(seed: int, ctx: Context) -> Tuple[str, Optional[dict]]:
 # Stages, arms
 
 
-def schedule(steps: int, warmup_fraction: float) -> Dict[str, object]:
-    """Trainer fields for a run of `steps`: linear warm-up, linear decay to 0 at the end,
-    about 20 summary loops and 4 checkpoints."""
+def schedule(steps: int, warmup_fraction: Optional[float]) -> Dict[str, object]:
+    """Trainer fields for a run of `steps`: about 20 summary loops and 4 checkpoints; with a
+    `warmup_fraction`, linear warm-up over that share and linear decay to 0 at the end."""
     loop = max(1, steps // 20)
-    return {"trainer.train_steps": steps, "trainer.steps_per_loop": loop,
-            "trainer.summary_interval": loop, "trainer.checkpoint_interval": loop * 5,
-            "trainer.validation_interval": steps, "trainer.max_to_keep": 2,
+    fields = {"trainer.train_steps": steps, "trainer.steps_per_loop": loop,
+              "trainer.summary_interval": loop, "trainer.checkpoint_interval": loop * 5,
+              "trainer.validation_interval": steps, "trainer.max_to_keep": 2}
+    if warmup_fraction is not None:
+        fields.update({
             "trainer.optimizer_config.learning_rate.polynomial.decay_steps": steps,
             "trainer.optimizer_config.warmup.linear.warmup_steps":
-                max(1, int(round(steps * warmup_fraction)))}
+                max(1, int(round(steps * warmup_fraction)))})
+    return fields
 
 
 def _nested(fields: Dict[str, object]) -> dict:
@@ -305,12 +308,14 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
     with open(overrides_path, "w", encoding="utf-8") as f:
         yaml.safe_dump(_nested(fields), f, sort_keys=True)
     model_dir = os.path.join(directory, "run")
-    command = _python("-m", "experiments.train", f"--experiment={stage.experiment}",
-                      *[f"--config_file={path}" for path in config_files],
-                      f"--config_file={overrides_path}", f"--model_dir={model_dir}",
-                      f"--seed={seed}", f"--cpu_replicas={stage.cpu_replicas}")
+    arguments = [f"--experiment={stage.experiment}",
+                 *[f"--config_file={path}" for path in config_files],
+                 f"--config_file={overrides_path}", f"--model_dir={model_dir}",
+                 f"--seed={seed}", f"--cpu_replicas={stage.cpu_replicas}"]
+    command = _python("-m", "experiments.train", *arguments)
     cpu, wall = run_counted(command, os.path.join(directory, "train.log"))
     record = {"key": key, "experiment": stage.experiment, "config_files": config_files,
+              "arguments": arguments,
               "overrides": fields, "steps": steps, "cpu_replicas": stage.cpu_replicas,
               "model_dir": model_dir, "command": shlex.join(command),
               "cpu_seconds": cpu, "wall_seconds": wall, "init": init_record}
@@ -352,6 +357,10 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
     else:
         raise ValueError(f"arm {arm.name}: no stages and no export_from")
     cpu["export"], wall["export"] = run_counted(export, os.path.join(arm_dir, "export.log"))
+    if any(e.kind == "validation" for e in claim.evaluations):
+        validate = _python("-m", "experiments.train", *stages[-1]["arguments"], "--mode=eval")
+        cpu["validate"], wall["validate"] = run_counted(
+            validate, os.path.join(arm_dir, "validate.log"))
     spec_path = os.path.join(arm_dir, "evaluate_spec.json")
     _write_json(spec_path, {"evaluations": [dataclasses.asdict(e) for e in claim.evaluations],
                             "data": ctx.data, "shared": ctx.shared,
