@@ -91,7 +91,8 @@ class Panel:
     log_x: bool = False
     x_label: str = ""
     reference: str = ""
-    curve: bool = False  # `metric` is a training-summary tag, drawn against CPU minutes
+    curve: str = ""  # "steps" or "cpu": `metric` is a training-summary tag, drawn against
+    # the step or the cumulative training CPU minutes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +284,9 @@ QUEUE = Claim(
             Panel("spread/embedding_std", ("in_batch", "queue_1k", "queue_4k", "queue_16k",
                                            "best_queue_momentum_0"),
                   "embedding spread on held-out verses (std per dimension)"),
+            Panel("embedding_std", ("queue_1k", "queue_4k", "queue_16k",
+                                    "best_queue_momentum_0"),
+                  "embedding spread while training (std per dimension)", curve="steps"),
             Panel(MEAN_BOTH, ("BEST_QUEUE", "best_queue_momentum_0"),
                   "momentum 0.99 or 0 at the best queue")),
     columns=(("retrieval/mean/src2tgt", "en→es"), ("retrieval/mean/tgt2src", "es→en"),
@@ -443,7 +447,7 @@ PCR = Claim(
     title="Principal component removal",
     paper=CMLM,
     says="Removing each language's first principal component raises cross-lingual "
-         "retrieval: the component mostly encodes the language (§5 and Table 8, Tatoeba: "
+         "retrieval: the component mostly encodes the language (§5.2 and Table 8, Tatoeba: "
          "+2.0 points for mBERT, +0.1 for the paper's model).",
     arms=MARGIN.arms,
     evaluations=MARGIN.evaluations,
@@ -509,7 +513,7 @@ STACKING = Claim(
                    control_metric="validation/tlm_accuracy"),
     ),
     panels=(Panel("mlm_accuracy", ("stacked", "scratch"),
-                  "training MLM accuracy against training CPU time", curve=True),
+                  "training MLM accuracy against training CPU time", curve="cpu"),
             Panel("validation/mlm_accuracy", ("stacked", "scratch"),
                   "MLM accuracy, held-out novel")),
     columns=(("validation/tlm_accuracy", "TLM accuracy (validation)"),

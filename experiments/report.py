@@ -23,6 +23,8 @@ from experiments import stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_DIR = os.path.join(REPO, "experiments", "results")
+# Optional, hand-written and free of numbers: claim -> a paragraph on how to read its result.
+READINGS = "readings.yaml"
 DOC = os.path.join(REPO, "docs", "claims.md")
 BEST_QUEUE = "BEST_QUEUE"
 
@@ -203,21 +205,23 @@ def plot(results: ClaimResults, path: str) -> None:
 
 
 def _plot_curves(axis, results: ClaimResults, panel) -> None:
-    """The training-summary tag `panel.metric` of every seed against cumulative training CPU
-    minutes (each stage's points spread over that stage's CPU time)."""
+    """The training-summary tag `panel.metric` of every seed against the step, or against
+    cumulative training CPU minutes (each stage's points spread over its CPU time)."""
     colours = ["C0", "C1", "C2", "C3", "C4"]
     for colour, arm in zip(colours, panel.arms):
-        for number, record in enumerate(results.by_arm.get(arm, {}).values()):
+        for number, record in enumerate(results.by_arm.get(results.resolve(arm),
+                                                            {}).values()):
             xs, ys, offset = [], [], 0.0
             for stage, curves in zip(record["stages"], record["train_curves"]):
-                minutes = stage["cpu_seconds"] / 60
+                width = stage["cpu_seconds"] / 60 if panel.curve == "cpu" else stage["steps"]
                 for step, value in curves.get(panel.metric, []):
-                    xs.append(offset + minutes * step / stage["steps"])
+                    xs.append(offset + width * step / stage["steps"])
                     ys.append(value)
-                offset += minutes
+                offset += width
             axis.plot(xs, ys, color=colour, linewidth=1,
                       label=results.label(arm) if number == 0 else None)
-    axis.set_xlabel("training CPU minutes (cumulative over stages)", fontsize=8)
+    axis.set_xlabel("training CPU minutes (cumulative over stages)" if panel.curve == "cpu"
+                    else "step", fontsize=8)
     axis.set_ylabel(panel.metric, fontsize=8)
     axis.set_title(panel.title, fontsize=9)
     axis.legend(fontsize=7)
@@ -296,7 +300,8 @@ other jobs, so wall times are not reported.
 """
 
 
-def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str) -> List[str]:
+def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
+                 reading: str = "") -> List[str]:
     claim = results.claim
     lines = [f"## {number}. {claim.title} (`{claim.name}`)", ""]
     lines += [f"*{claim.paper}*: {claim.says}", ""]
@@ -348,6 +353,8 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str) -
                   f"({metric_label}, {difference['n']} seeds).", ""]
     if claim.scale_note:
         lines += [f"**Scale.** {claim.scale_note}", ""]
+    if reading:
+        lines += [f"**Reading.** {' '.join(reading.split())}", ""]
     total = results.cpu_minutes()
     lines += [f"**CPU time:** {_fmt(total, 1)} min for the {len(results.records)} runs above "
               f"({'; '.join(results.machines())}).", ""]
@@ -356,32 +363,43 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str) -
     return lines
 
 
-def render(summaries: Dict[str, dict], doc: str = DOC) -> str:
+def render(summaries: Dict[str, dict], doc: str = DOC,
+           readings: Optional[Dict[str, str]] = None) -> str:
+    readings = readings or {}
     lines = [INTRO]
     available = [(name, claims_lib.CLAIMS[name]) for name in claims_lib.CLAIMS
                  if name in summaries]
     # Overview
     lines += ["## Overview", "",
-              "| claim | paper | main comparison | effect, mean ± s.e. | seeds | verdict | "
-              "CPU min |", "| --- | --- | --- | ---: | ---: | --- | ---: |"]
+              "| claim | paper | comparison (the paper's prediction) | effect, mean ± s.e. | "
+              "seeds | verdict | CPU min |", "| --- | --- | --- | ---: | ---: | --- | ---: |"]
     all_results = {}
     for number, (name, claim) in enumerate(available, start=1):
         results = ClaimResults(claim, summaries[name])
         all_results[name] = results
-        comparison = claim.comparisons[0]
-        difference, verdict = results.comparison(comparison)
-        effect = _signed(difference["mean"]) + (
-            f" ± {_fmt(difference['se'])}" if difference["n"] > 1 else "")
-        cpu = "(shared)" if claim.results_from else _fmt(results.cpu_minutes(), 1)
-        link = f"[{claim.title}](#{_anchor(number, claim)})"
-        lines.append(f"| {link} | {_short_paper(claim.paper)} | {comparison.says} | "
-                     f"{effect} | {difference['n']} | **{verdict}** | {cpu} |")
+        for index, comparison in enumerate(claim.comparisons):
+            difference, verdict = results.comparison(comparison)
+            effect = _signed(difference["mean"]) + (
+                f" ± {_fmt(difference['se'])}" if difference["n"] > 1 else "")
+            says = comparison.says
+            if BEST_QUEUE in (comparison.treatment, comparison.control):
+                says += f" ({results.label(BEST_QUEUE)})"
+            if index == 0:
+                link = f"[{number}. {claim.title}](#{_anchor(number, claim)})"
+                paper = _short_paper(claim.paper)
+                cpu = "(in " + claim.results_from + ")" if claim.results_from else \
+                    _fmt(results.cpu_minutes(), 1)
+            else:
+                link = paper = cpu = ""
+            lines.append(f"| {link} | {paper} | {says} | {effect} | {difference['n']} | "
+                         f"**{verdict}** | {cpu} |")
     total = sum(r.cpu_minutes() for n, r in all_results.items()
                 if not claims_lib.CLAIMS[n].results_from)
     lines += ["", f"Total CPU time of the runs on this page: {_fmt(total, 1)} min.", ""]
     for number, (name, _) in enumerate(available, start=1):
         plot_path = os.path.join(_plot_dir(doc), f"{name}.png")
-        lines += render_claim(number, all_results[name], plot_path, doc)
+        lines += render_claim(number, all_results[name], plot_path, doc,
+                              readings.get(name, ""))
     not_run = [(name, why) for name, why in claims_lib.NOT_RUN.items()]
     not_run += [(name, "no results yet") for name in claims_lib.CLAIMS
                 if name not in summaries]
@@ -404,7 +422,7 @@ def _anchor(number: int, claim: claims_lib.Claim) -> str:
 
 def _short_paper(paper: str) -> str:
     return {claims_lib.LABSE: "LaBSE", claims_lib.CMLM: "CMLM",
-            claims_lib.MOCO: "Dual MoCo"}.get(paper, paper)
+            claims_lib.MOCO: "Dual MoCo", claims_lib.BGT.paper: "BGT"}.get(paper, paper)
 
 
 def main(argv=None) -> int:
@@ -434,8 +452,15 @@ def main(argv=None) -> int:
     for name, summary in summaries.items():
         plot(ClaimResults(claims_lib.CLAIMS[name], summary),
              os.path.join(_plot_dir(args.doc), f"{name}.png"))
+    readings = {}
+    readings_path = os.path.join(args.summary_dir, READINGS)
+    if os.path.exists(readings_path):
+        import yaml
+
+        with open(readings_path, encoding="utf-8") as f:
+            readings = yaml.safe_load(f) or {}
     with open(args.doc, "w", encoding="utf-8") as f:
-        f.write(render(summaries, args.doc))
+        f.write(render(summaries, args.doc, readings))
     print(f"wrote {args.doc} ({len(summaries)} claims) and {_plot_dir(args.doc)}/")
     return 0
 
