@@ -115,6 +115,7 @@ class Claim:
     columns: Tuple[Tuple[str, str], ...] = ()  # extra metrics in the table: (key, label)
     scale_note: str = ""
     results_from: str = ""  # a claim whose runs already evaluate this one
+    share_y: bool = False  # one y axis for all panels
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -471,6 +472,7 @@ PCR = Claim(
     export_seq_length=MARGIN.export_seq_length,
     cpu_minutes_per_seed=0.0,
     results_from="margin",
+    share_y=True,
 )
 
 _NOVELS = ",".join(f"{{shared}}/english_prose/sentences/{name}.txt" for name in (

@@ -158,7 +158,7 @@ def plot(results: ClaimResults, path: str) -> None:
 
     panels = results.claim.panels
     figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8),
-                                squeeze=False)
+                                squeeze=False, sharey=results.claim.share_y)
     for axis, panel in zip(axes[0], panels):
         if panel.curve:
             _plot_curves(axis, results, panel)
@@ -190,11 +190,19 @@ def plot(results: ClaimResults, path: str) -> None:
         reference = list(results.values(panel.reference, panel.metric).values()) \
             if panel.reference else []
         if reference:
-            axis.axhline(sum(reference) / len(reference), color="0.4", linestyle="--",
-                         linewidth=1, label=_wrap(results.label(panel.reference), 40))
-            axis.legend(fontsize=7, loc="best")
+            level = sum(reference) / len(reference)
+            low, high = min(means), max(means)
+            span = max(high - low, 0.01)
+            label = f"{results.label(panel.reference)}: {level:.3f}"
+            if low - span <= level <= high + span:
+                axis.axhline(level, color="0.4", linestyle="--", linewidth=1, label=label)
+                axis.legend(fontsize=7, loc="best")
+            else:  # far off the axis: a line would flatten the arms' differences
+                axis.text(0.02, 0.03, label, transform=axis.transAxes, fontsize=7,
+                          color="0.3")
         axis.set_title(panel.title, fontsize=9)
-        axis.set_ylabel(_metric_label(results.claim, panel.metric), fontsize=8)
+        axis.set_ylabel(METRIC_NAMES.get(panel.metric)
+                        or _metric_label(results.claim, panel.metric), fontsize=8)
         axis.grid(axis="y", alpha=0.3)
     figure.suptitle(f"{results.claim.title}: mean ± s.e. over seeds (grey: each seed)",
                     fontsize=10)
