@@ -37,9 +37,8 @@ def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None
             ) -> Optional[dict]:
     """The claim's per-seed JSON at `steps` (default: the claim's), as one summary (None if
     there is none)."""
-    source = claim.results_from or claim.name
     steps = steps or claim.steps
-    pattern = os.path.join(results, source, f"steps{steps}", "*", "seed*.json")
+    pattern = os.path.join(results, claim.name, f"steps{steps}", "*", "seed*.json")
     records = []
     for path in sorted(glob.glob(pattern)):
         with open(path, encoding="utf-8") as f:
@@ -58,8 +57,7 @@ def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None
             "git_commit": result["git_commit"], "finished": result["finished"]})
     if not records:
         return None
-    return {"claim": claim.name, "steps": steps, "results_from": source,
-            "records": records}
+    return {"claim": claim.name, "steps": steps, "records": records}
 
 
 # ---------------------------------------------------------------------------------------
@@ -446,6 +444,8 @@ def main(argv=None) -> int:
     os.makedirs(args.summary_dir, exist_ok=True)
     if not args.no_collect and os.path.isdir(args.results):
         for claim in claims_lib.CLAIMS.values():
+            if claim.results_from:
+                continue  # rendered from its source claim's summary
             summary = collect(args.results, claim, args.steps)
             if summary is not None:
                 with open(os.path.join(args.summary_dir, f"{claim.name}.json"), "w",
@@ -457,6 +457,9 @@ def main(argv=None) -> int:
             summary = json.load(f)
         if summary["claim"] in claims_lib.CLAIMS:
             summaries[summary["claim"]] = summary
+    for claim in claims_lib.CLAIMS.values():
+        if claim.results_from in summaries:
+            summaries[claim.name] = dict(summaries[claim.results_from], claim=claim.name)
     for name, summary in summaries.items():
         plot(ClaimResults(claims_lib.CLAIMS[name], summary),
              os.path.join(_plot_dir(args.doc), f"{name}.png"))
