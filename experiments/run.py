@@ -201,18 +201,29 @@ def prepare(needs, ctx: Context) -> None:
         _require(os.path.join(ctx.shared, "udhr"), "UDHR")
 
 
-def ensure_init(seed: int, ctx: Context) -> Tuple[str, Optional[dict]]:
-    """The seed's random tiny encoder (RESULTS/data/init/seed<k>); its CPU time if written
-    now."""
+def ensure_init(seed: int, ctx: Context, owner: str) -> str:
+    """The seed's random tiny encoder (RESULTS/data/init/seed<k>), written now if missing;
+    its CPU time is counted under `owner`, the first arm that needed it."""
     directory = os.path.join(ctx.data, "init", f"seed{seed}")
     if os.path.exists(os.path.join(directory, "encoder.index")):
-        return directory, None
+        return directory
     experiment, config_files = TINY_INIT
     command = _python("-m", "experiments.train", f"--experiment={experiment}",
                       *[f"--config_file={f}" for f in config_files],
                       f"--write_init={directory}", f"--seed={seed}")
-    cpu, wall = run_counted(command, directory + ".log")
-    return directory, {"cpu_seconds": cpu, "wall_seconds": wall, "command": shlex.join(command)}
+    _write_json(directory + ".owner.json", {"owner": owner, "command": shlex.join(command)})
+    run_counted(command, directory + ".log")
+    return directory
+
+
+def _owned_cpu(directory: str, owner: str) -> Tuple[float, float]:
+    """The CPU and wall time of writing the init at `directory`, if `owner` wrote it."""
+    owner_path, cpu_path = directory + ".owner.json", directory + ".log.cpu.json"
+    if not (os.path.exists(owner_path) and os.path.exists(cpu_path)) or \
+            _read_json(owner_path)["owner"] != owner:
+        return 0.0, 0.0
+    totals = _read_json(cpu_path)
+    return totals["cpu_seconds"], totals["wall_seconds"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,15 +286,15 @@ def _result_path(claim, arm, seed: int, ctx: Context) -> str:
 
 
 def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], values: dict,
-              ctx: Context) -> dict:
-    """Trains one stage (or finds it trained); returns its record."""
+              ctx: Context, owner: str) -> dict:
+    """Trains one stage (or finds it trained); returns its record, `reused` when another arm
+    (not `owner`) trained it."""
     steps = max(1, int(round(ctx.steps * stage.steps)))
     fields = {key: _fill(value, values) for key, value in stage.overrides.items()}
     fields["task.train_data.seed"] = seed
     fields.update(schedule(steps, stage.warmup_fraction))
-    init_record = None
     if stage.init == "random":
-        init_dir, init_record = ensure_init(seed, ctx)
+        init_dir = ensure_init(seed, ctx, owner)
         fields["task.init_checkpoint"] = os.path.join(init_dir, "encoder")
     elif stage.init == "previous":
         fields["task.init_checkpoint"] = previous
@@ -299,7 +310,7 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
     record_path = os.path.join(directory, "stage.json")
     if os.path.exists(record_path):
         record = _read_json(record_path)
-        record["reused"] = True
+        record["reused"] = record.get("owner") != owner
         return record
     overrides_path = os.path.join(directory, "overrides.yaml")
     os.makedirs(directory, exist_ok=True)
@@ -318,7 +329,7 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
               "arguments": arguments,
               "overrides": fields, "steps": steps, "cpu_replicas": stage.cpu_replicas,
               "model_dir": model_dir, "command": shlex.join(command),
-              "cpu_seconds": cpu, "wall_seconds": wall, "init": init_record}
+              "cpu_seconds": cpu, "wall_seconds": wall, "owner": owner}
     _write_json(record_path, record)
     record["reused"] = False
     return record
@@ -335,9 +346,10 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
               "minilm": os.path.join(ctx.data, "all-MiniLM-L6-v2")}
     if any("{best_queue_size}" in str(v) for s in arm.stages for v in s.overrides.values()):
         values["best_queue_size"] = best_queue_size(claim, ctx)
+    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
     stages, previous = [], None
     for stage in arm.stages:
-        record = run_stage(stage, seed, previous, values, ctx)
+        record = run_stage(stage, seed, previous, values, ctx, owner)
         stages.append(record)
         previous = record["model_dir"]
     cpu: Dict[str, float] = {}
@@ -350,9 +362,7 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
     elif arm.export_from == "minilm":
         export.append(f"--model_dir={values['minilm']}")
     elif arm.export_from == "random":
-        init_dir, init_record = ensure_init(seed, ctx)
-        if init_record:
-            cpu["init"], wall["init"] = init_record["cpu_seconds"], init_record["wall_seconds"]
+        init_dir = ensure_init(seed, ctx, owner)
         export += [f"--model_dir={init_dir}", f"--checkpoint={os.path.join(init_dir, 'encoder')}"]
     else:
         raise ValueError(f"arm {arm.name}: no stages and no export_from")
@@ -375,8 +385,9 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
         if not record["reused"]:
             cpu[f"train_stage{i + 1}"] = record["cpu_seconds"]
             wall[f"train_stage{i + 1}"] = record["wall_seconds"]
-        if record.get("init") and not record["reused"]:
-            cpu["init"] = cpu.get("init", 0.0) + record["init"]["cpu_seconds"]
+    init_cpu, init_wall = _owned_cpu(os.path.join(ctx.data, "init", f"seed{seed}"), owner)
+    if init_cpu:
+        cpu["init"], wall["init"] = init_cpu, init_wall
     result = {
         "schema": SCHEMA, "claim": claim.name, "arm": arm.name, "seed": seed,
         "steps": ctx.steps, "command": ctx.command,
