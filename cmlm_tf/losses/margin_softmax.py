@@ -18,7 +18,9 @@ softmax runs over the global batch and the positive of local row i is column
 `replica_id · local_batch + i`. The returned loss is the mean over the replica's own rows;
 Model Garden's train step divides it by the number of replicas and sums the gradients, which
 gives exactly the loss and gradients of one device holding the whole global batch. Batches
-must have the same static size on every replica (`drop_remainder`).
+must have the same static size on every replica (`drop_remainder`). With
+`cross_replica_negatives=False` each replica ranks only its own rows (the ablation of LaBSE's
+cross-accelerator negatives): the loss is then the mean of the replicas' local losses.
 """
 
 import dataclasses
@@ -38,12 +40,15 @@ class MarginSoftmaxConfig(hyperparams.Config):
 
     `mask_duplicates`: leave pairs whose source or target text repeats a row's out of that
     row's negatives (they are translations of it, not negatives).
+    `cross_replica_negatives`: rank each row against every replica's rows (LaBSE §3.3); false
+    ranks it against its own replica's rows only.
     """
 
     margin: float = 0.3
     scale: float = 100.0
     bidirectional: bool = True
     mask_duplicates: bool = True
+    cross_replica_negatives: bool = True
 
 
 # What a translation-ranking run reports (metric name -> the `ranking_losses` entry it
@@ -72,6 +77,7 @@ def additive_margin_softmax_loss(
     source_ids: Optional[tf.Tensor] = None,
     target_ids: Optional[tf.Tensor] = None,
     bidirectional: bool = True,
+    cross_replica_negatives: bool = True,
 ) -> Dict[str, tf.Tensor]:
     """The bidirectional additive-margin softmax loss over the global batch.
 
@@ -86,6 +92,8 @@ def additive_margin_softmax_loss(
             whose source or target text equals row i's is a translation of row i, not a
             negative, and is left out of row i's softmax (duplicates inside a batch).
         bidirectional: add the y → x direction (columns).
+        cross_replica_negatives: gather the other replicas' rows as negatives; false keeps
+            each replica's softmax to its own rows.
 
     Returns:
         dict: `loss` (scalar, mean over local rows of the summed directions),
@@ -96,18 +104,21 @@ def additive_margin_softmax_loss(
     source = l2_normalize(source, tf.float32)
     target = l2_normalize(target, tf.float32)
     local_batch = tf.shape(source)[0]
-    offset = cross_replica.replica_offset(local_batch)
+    if cross_replica_negatives:
+        gather, offset = cross_replica.all_gather, cross_replica.replica_offset(local_batch)
+    else:
+        gather, offset = tf.identity, tf.constant(0, tf.int32)
     labels = offset + tf.range(local_batch)
 
-    all_source = cross_replica.all_gather(source)
-    all_target = cross_replica.all_gather(target)
+    all_source = gather(source)
+    all_target = gather(target)
     global_batch = tf.shape(all_target)[0]
     positive = tf.one_hot(labels, global_batch, dtype=tf.float32)
 
     duplicates = None
     if source_ids is not None and target_ids is not None:
-        all_source_ids = cross_replica.all_gather(source_ids)
-        all_target_ids = cross_replica.all_gather(target_ids)
+        all_source_ids = gather(source_ids)
+        all_target_ids = gather(target_ids)
         duplicates = tf.logical_or(
             tf.equal(source_ids[:, None], all_source_ids[None, :]),
             tf.equal(target_ids[:, None], all_target_ids[None, :]))
@@ -116,7 +127,7 @@ def additive_margin_softmax_loss(
     row_positive = positive
     row_duplicates = duplicates
     if hard_negatives is not None:
-        all_negatives = cross_replica.all_gather(l2_normalize(hard_negatives, tf.float32))
+        all_negatives = gather(l2_normalize(hard_negatives, tf.float32))
         num_negatives = tf.shape(all_negatives)[0]
         columns = tf.concat([all_target, all_negatives], axis=0)
         row_positive = tf.concat([positive, tf.zeros([local_batch, num_negatives])], axis=1)
@@ -169,7 +180,8 @@ def ranking_losses(config: MarginSoftmaxConfig, inputs: Mapping[str, tf.Tensor],
         hard_negatives=embeddings.get("hard_negatives"),
         source_ids=inputs["source_id"] if use_ids else None,
         target_ids=inputs["target_id"] if use_ids else None,
-        bidirectional=config.bidirectional)
+        bidirectional=config.bidirectional,
+        cross_replica_negatives=config.cross_replica_negatives)
     return dict(losses, ranking_loss=losses["loss"])
 
 
@@ -181,6 +193,7 @@ class AdditiveMarginSoftmax(tf_keras.layers.Layer):
         margin: subtracted from the positive's cosine, before scaling (LaBSE: 0.3).
         scale: multiplies the margin-adjusted cosines (LaBSE: 100).
         bidirectional: add the target → source direction.
+        cross_replica_negatives: negatives from every replica (default) or this one only.
 
     Call args:
         source, target: float [batch, dim]; row i of each is a translation pair.
@@ -191,18 +204,21 @@ class AdditiveMarginSoftmax(tf_keras.layers.Layer):
     """
 
     def __init__(self, margin: float = 0.3, scale: float = 100.0, bidirectional: bool = True,
-                 **kwargs):
+                 cross_replica_negatives: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.margin = margin
         self.scale = scale
         self.bidirectional = bidirectional
+        self.cross_replica_negatives = cross_replica_negatives
 
     def call(self, source, target, hard_negatives=None, source_ids=None, target_ids=None):
         return additive_margin_softmax_loss(
             source, target, margin=self.margin, scale=self.scale,
             hard_negatives=hard_negatives, source_ids=source_ids, target_ids=target_ids,
-            bidirectional=self.bidirectional)
+            bidirectional=self.bidirectional,
+            cross_replica_negatives=self.cross_replica_negatives)
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin, "scale": self.scale,
-                "bidirectional": self.bidirectional}
+                "bidirectional": self.bidirectional,
+                "cross_replica_negatives": self.cross_replica_negatives}

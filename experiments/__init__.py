@@ -1,0 +1,1 @@
+"""Reproducing the papers' claims in miniature: recipes, a runner and a report (docs/claims.md)."""

