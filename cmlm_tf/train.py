@@ -265,6 +265,21 @@ def _plain(value) -> str:
     return f"{number:.6g}"
 
 
+def report_malformed_records(model_dir: str, step: int) -> None:
+    """Logs how many malformed records the input pipelines skipped and writes each count
+    as a `input/malformed_records/<field>` summary (TensorBoard, under `model_dir/train`)."""
+    import tensorflow as tf
+
+    from cmlm_tf.data import records
+
+    totals = records.log_totals()
+    if not totals or not _chief():
+        return
+    with tf.summary.create_file_writer(os.path.join(model_dir, "train")).as_default():
+        for _, field, count in totals:
+            tf.summary.scalar(f"input/malformed_records/{field}", count, step=step)
+
+
 def run(params, model_dir: str, mode: str = "train", strategy=None):
     """Trains and/or evaluates; returns (model, eval logs)."""
     import tensorflow as tf
@@ -275,6 +290,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
     from official.modeling import performance
 
     from cmlm_tf import run_dir
+    from cmlm_tf.data import pipeline
 
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {MODES}, got {mode!r}")
@@ -292,10 +308,11 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             raise ValueError(f"--model_dir {model_dir}: not writable")
         lock.acquire()
     try:
-        latest = None
         if _chief():
             run_dir.remove_temp_checkpoints(model_dir)
             latest = run_dir.recover_latest_checkpoint(model_dir)
+        else:
+            latest = tf.train.latest_checkpoint(model_dir)
         start_step = run_dir.checkpoint_step(latest)
         params = prepare_vocabulary(params, model_dir)
         runtime = params.runtime
@@ -312,7 +329,8 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
         if runtime.mixed_precision_dtype:
             performance.set_mixed_precision_policy(runtime.mixed_precision_dtype)
         try:
-            with strategy.scope():
+            # The training input continues where the restored checkpoint left it.
+            with strategy.scope(), pipeline.resuming_at(start_step if training else 0):
                 task = task_factory.get_task(params.task, logging_dir=model_dir)
                 trainer = train_utils.create_trainer(
                     params, task, train=training, evaluate="eval" in mode,
@@ -328,6 +346,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
         finally:
             tf_keras.mixed_precision.set_global_policy(previous_policy)
         if training:
+            report_malformed_records(model_dir, int(trainer.global_step.numpy()))
             logging.info("finished: step %d in %s (%.0f s); latest checkpoint %s",
                          int(trainer.global_step.numpy()), model_dir,
                          time.perf_counter() - started,

@@ -1,6 +1,7 @@
 """Bitext retrieval: the margin loss, cross-replica negatives, the reader, multitask, stages."""
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from conftest import (
 )
 
 from cmlm_tf import configs
-from cmlm_tf.data import bitext
+from cmlm_tf.data import bitext, records
 from cmlm_tf.losses import margin_softmax
 from cmlm_tf.tasks import bitext as bitext_task
 from cmlm_tf.tasks import cmlm_bitext
@@ -191,16 +192,45 @@ def test_tsv_reader_counts_and_skips_malformed_lines(tmp_path, caplog):
     ])
     assert bitext.infer_file_type([str(path)]) == "tsv"
     stats = bitext.scan_bitext([str(path)], "tsv")
-    assert (stats.records, stats.pairs, stats.malformed) == (7, 3, 4)
-    assert any("pairs.tsv line 2" in e for e in stats.examples)
-    pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False).as_numpy_iterator())
+    # Line 4 has more columns than configured: a tab inside a text would shift the fields.
+    assert (stats.records, stats.pairs, stats.malformed, stats.complete) == (7, 2, 5, True)
+    records.REPORTS.clear()
+    pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False,
+                                    field="task.train_data.input_path").as_numpy_iterator())
     assert [(p["source"].decode(), p["target"].decode()) for p in pairs] == [
-        ("the dog", "el perro"), ("a cat", "un gato"), ("red car", "coche rojo")]
+        ("the dog", "el perro"), ("red car", "coche rojo")]
+    # The pipeline itself counts and explains what it skipped, with file and line.
+    (report,) = records.REPORTS
+    assert report.count == 5 and report.field == "task.train_data.input_path"
+    assert [e.split(": ", 1)[0].rsplit(" ", 1)[1] for e in report.examples] == [
+        "2", "3", "4", "5", "6"]
+    assert "pairs.tsv line 4: 4 fields, expected exactly 2 (more columns" in report.examples[2]
+    assert "pairs.tsv line 5: field 1 is not valid UTF-8" in report.examples[3]
+    with caplog.at_level(logging.WARNING):
+        assert records.log_totals() == [
+            ("bitext record", "task.train_data.input_path", 5)]
+    assert "5 malformed bitext records skipped in all" in caplog.text
     with_negatives = list(bitext.read_bitext([str(path)], "tsv", num_hard_negatives=2,
                                              is_training=False).as_numpy_iterator())
     assert len(with_negatives) == 1
     assert list(with_negatives[0]["hard_negatives"]) == [b"neg one", b"neg two"]
     assert bitext.scan_bitext([str(path)], "tsv", num_hard_negatives=2).pairs == 1
+    assert records.REPORTS[-1].count == 6
+    records.REPORTS.clear()
+
+
+def test_only_a_bounded_sample_is_read_before_training(tmp_path):
+    lines = [b"no tab"] * 30 + [b"the dog\tel perro"] * 5
+    path = _write_tsv(tmp_path / "pairs.tsv", lines)
+    stats = bitext.scan_bitext([str(path)], "tsv", limit=31)
+    assert (stats.records, stats.pairs, stats.malformed, stats.complete) == (31, 1, 30, False)
+    with pytest.raises(ValueError, match=r"holds no valid tsv translation pair \(the first "
+                                         r"20 records read, 20 malformed; first: 1 field"):
+        bitext.scan_bitext([str(path)], "tsv", limit=20)
+    # The pipeline still reads the whole corpus.
+    pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False))
+    assert len(pairs) == 5 and records.REPORTS[-1].count == 30
+    records.REPORTS.clear()
 
 
 def _example(**fields):
@@ -219,9 +249,21 @@ def test_tfrecord_reader_and_format_inference(tmp_path):
     assert bitext.infer_file_type([str(path)]) == "tfrecord"
     stats = bitext.scan_bitext([str(path)], "tfrecord")
     assert (stats.records, stats.pairs, stats.malformed) == (4, 2, 2)
+    records.REPORTS.clear()
     pairs = list(bitext.read_bitext([str(path)], "tfrecord",
                                     is_training=False).as_numpy_iterator())
     assert [p["target"] for p in pairs] == [b"el perro", b"un gato"]
+    assert records.REPORTS[0].examples == [
+        f"{path} record 2: 1 field(s), expected at least 2"]
+    # A record that is not a tf.Example is counted from the gap it leaves.
+    gapped = tmp_path / "gapped.tfrecord"
+    with tf.io.TFRecordWriter(str(gapped)) as writer:
+        for record in (_example(src_raw=[b"a"], tgt_raw=[b"b"]), b"not a tf.Example", b"nor this",
+                       _example(src_raw=[b"c"], tgt_raw=[b"d"])):
+            writer.write(record)
+    assert len(list(bitext.read_bitext([str(gapped)], "tfrecord", is_training=False))) == 2
+    assert records.REPORTS[-1].examples == [f"{gapped} record 2-3: not a tf.Example"]
+    records.REPORTS.clear()
     negatives = list(bitext.read_bitext([str(path)], "tfrecord", num_hard_negatives=2,
                                         is_training=False).as_numpy_iterator())
     assert [list(p["hard_negatives"]) for p in negatives] == [[b"x", b"y"]]

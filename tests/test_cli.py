@@ -115,6 +115,7 @@ def test_raising_train_steps_continues_training(tmp_path):
     more = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20")
     assert more.returncode == 0, more.stderr[-2000:]
     assert "restored step 10 from ckpt-10" in more.stderr
+    assert "resuming the input after 10 batches" in more.stderr  # not from the head again
     before, after = _encoder_weights(run_dir / "ckpt-10"), _encoder_weights(run_dir / "ckpt-20")
     changed = [name for name in before if not np.array_equal(before[name], after[name])]
     assert len(changed) > len(before) // 2, "the added steps did not train the encoder"

@@ -279,3 +279,49 @@ def test_two_workers_on_localhost(tmp_path):
     for proc, (_, err) in zip(procs, outputs):
         assert proc.returncode == 0, err[-3000:]
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
+
+
+def _batches(dataset, count):
+    return [tf.nest.map_structure(lambda t: t.numpy(), batch)
+            for batch in dataset.take(count)]
+
+
+def test_a_resumed_pipeline_continues_where_the_run_stopped(tmp_path, tiny_vocab):
+    """Built inside `resuming_at(step)`, a seeded training pipeline yields what an
+    uninterrupted one yields from batch `step` on: the same pairs and the same masks."""
+    from cmlm_tf.data import bitext, pipeline
+
+    words = [f"{a} {b}" for a in TINY_WORDS[:8] for b in TINY_WORDS[8:13]]
+    corpus = write_corpus(tmp_path / "c.txt", [[w, " ".join(w.split()[::-1])] for w in words])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{w}\t{w.upper()}\n" for w in words), encoding="utf-8")
+    tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    builders = [
+        lambda: sentence_pairs.cmlm_dataset(sentence_pairs.CMLMDataConfig(
+            input_path=str(corpus), global_batch_size=4, seq_length=8,
+            max_predictions_per_seq=2, shuffle_buffer_size=16, seed=5, is_training=True),
+            tokenizer),
+        lambda: bitext.bitext_dataset(bitext.BitextDataConfig(
+            input_path=str(pairs), global_batch_size=4, seq_length=8,
+            shuffle_buffer_size=16, seed=5, is_training=True), tokenizer),
+    ]
+    for build in builders:
+        fresh = _batches(build(), 7)
+        with pipeline.resuming_at(3):
+            resumed = _batches(build(), 4)
+        assert pipeline.batches_to_skip() == 0  # only inside the context
+        tf.nest.map_structure(np.testing.assert_array_equal, resumed, fresh[3:])
+        # ... and not what the head of the stream holds.
+        assert not np.array_equal(resumed[0]["target" if "target" in resumed[0] else
+                                             "sentence2"]["input_word_ids"],
+                                  fresh[0]["target" if "target" in fresh[0] else
+                                           "sentence2"]["input_word_ids"])
+
+
+def test_only_a_bounded_sample_of_a_corpus_is_read_before_training(tmp_path):
+    corpus = write_corpus(tmp_path / "c.txt", [["alone"]] * 20 + [["one", "two"]] * 5)
+    stats = sentence_pairs.scan_corpus([str(corpus)], limit=200)
+    assert stats.complete and stats.pairs == 5
+    with pytest.raises(ValueError, match="holds no pair of consecutive sentences in its "
+                                         "first 30 lines"):
+        sentence_pairs.scan_corpus([str(corpus)], limit=30)

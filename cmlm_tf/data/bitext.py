@@ -5,13 +5,16 @@ Formats, chosen by `file_type` (`tsv` | `tfrecord`) or, when it is empty, by the
 
 - TSV, UTF-8: `source<TAB>target`, one pair per line; with `num_hard_negatives: k`, the k
   hard negatives of the pair follow as extra columns (`source<TAB>target<TAB>neg1…negk`).
-  Further columns are ignored.
+  A line with more columns than that is malformed (a tab inside a text would shift the
+  fields).
 - TFRecord of `tf.Example` with bytes features `src_raw` and `tgt_raw` (Model Garden's LaBSE
   format); hard negatives, when used, in a bytes-list feature `neg_raw`.
 
 A record is malformed when it lacks a field, a required field is empty (after trimming ASCII
-whitespace) or is not valid UTF-8. Malformed records are counted, the first few logged with
-file and line, and skipped; a corpus without any valid pair is an error.
+whitespace) or is not valid UTF-8. Malformed records are skipped while the pipeline streams,
+counted, and the first few logged with file, line and reason (`records.MalformedReport`); a
+corpus whose first records (`records.SAMPLE_RECORDS`, read before training) hold no valid
+pair is an error.
 
 `read_bitext` yields string dicts `{"source", "target"[, "hard_negatives"]}`, so objectives
 that need raw text (BGT) or another packing (TLM) compose the same reader; `BitextFeaturizer`
@@ -20,7 +23,7 @@ turns a batch of them into TF Hub input dicts for dual encoders.
 
 import dataclasses
 import os
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -56,6 +59,7 @@ class BitextStats:
     pairs: int = 0
     malformed: int = 0
     examples: List[str] = dataclasses.field(default_factory=list)
+    complete: bool = True  # whether the counts cover every record (else the first ones)
 
 
 def infer_file_type(files: Sequence[str], file_type: str = "",
@@ -78,63 +82,71 @@ def infer_file_type(files: Sequence[str], file_type: str = "",
     return kinds.pop()
 
 
-def _records_of(path: str, file_type: str):
-    """(line or record number, fields) of one file, in the reader's field order."""
+def _tfrecord_fields(raw: bytes) -> List[bytes]:
+    """The reader's fields of one serialised record; [] when it is not a tf.Example."""
+    try:
+        feature = tf.train.Example.FromString(raw).features.feature
+    except Exception:  # noqa: BLE001  (any undecodable record is malformed)
+        return []
+    fields = []
+    for key in (SOURCE_FEATURE, TARGET_FEATURE):
+        values = feature[key].bytes_list.value if key in feature else []
+        if not values:
+            return fields
+        fields.append(values[0])
+    if NEGATIVES_FEATURE in feature:
+        fields.extend(feature[NEGATIVES_FEATURE].bytes_list.value)
+    return fields
+
+
+def _tsv_fields(raw: bytes) -> List[bytes]:
+    return raw.rstrip(b"\r\n").split(b"\t")
+
+
+def _explain(file_type: str, needed: int) -> Callable[[bytes], str]:
+    """raw record -> why it is malformed (the host-side rule)."""
     if file_type == "tsv":
-        with tf.io.gfile.GFile(path, "rb") as f:
-            for number, line in enumerate(f, start=1):
-                yield number, line.rstrip(b"\r\n").split(b"\t")
+        return lambda raw: records.check_text_fields(_tsv_fields(raw), needed, most=needed) or ""
+    return lambda raw: records.check_text_fields(_tfrecord_fields(raw), needed) or ""
+
+
+def _raw_records(path: str, file_type: str) -> Iterator[bytes]:
+    if file_type == "tsv":
+        yield from records.file_lines(path)
         return
     compression = "GZIP" if path.endswith(".gz") else ""
-    dataset = tf.data.TFRecordDataset(path, compression_type=compression)
-    for number, raw in enumerate(dataset.as_numpy_iterator(), start=1):
-        try:
-            feature = tf.train.Example.FromString(raw).features.feature
-        except Exception:  # noqa: BLE001  (any undecodable record is malformed)
-            yield number, []
-            continue
-        fields = []
-        for key in (SOURCE_FEATURE, TARGET_FEATURE):
-            values = feature[key].bytes_list.value if key in feature else []
-            if not values:
-                break
-            fields.append(values[0])
-        else:
-            if NEGATIVES_FEATURE in feature:
-                fields.extend(feature[NEGATIVES_FEATURE].bytes_list.value)
-        yield number, fields
+    yield from tf.data.TFRecordDataset(path, compression_type=compression).as_numpy_iterator()
 
 
 def scan_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
-                field: str = "input_path", max_examples: int = 5) -> BitextStats:
-    """Counts valid and malformed records, logging the first malformed ones."""
-    stats = BitextStats(files=list(files), file_type=file_type)
-    needed = 2 + num_hard_negatives
-    for path in files:
-        try:
-            for number, fields in _records_of(path, file_type):
-                stats.records += 1
-                problem = records.check_text_fields(fields, needed)
-                if problem is None:
-                    stats.pairs += 1
-                    continue
-                stats.malformed += 1
-                if len(stats.examples) < max_examples:
-                    where = "line" if file_type == "tsv" else "record"
-                    stats.examples.append(f"{path} {where} {number}: {problem}")
-        except (OSError, tf.errors.OpError) as e:
-            raise OSError(f"{path}: cannot read as {file_type} ({field}): "
-                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    records.report_malformed("bitext", stats.examples, stats.malformed, "records")
+                field: str = "input_path",
+                limit: int = records.SAMPLE_RECORDS) -> BitextStats:
+    """Checks the first `limit` records (all of a small corpus) before training: a sample
+    without any valid pair is an error naming `field`; an unreadable file is an OSError.
+    The pipeline counts and logs the malformed records of the whole corpus as it reads."""
+    sample, complete = records.sample_records(
+        files, lambda path: _raw_records(path, file_type), field, limit)
+    stats = BitextStats(files=list(files), file_type=file_type, complete=complete)
+    explain = _explain(file_type, 2 + num_hard_negatives)
+    for raw in sample:
+        stats.records += 1
+        problem = explain(raw)
+        if problem:
+            stats.malformed += 1
+            if len(stats.examples) < 5:
+                stats.examples.append(problem)
+        else:
+            stats.pairs += 1
     if stats.pairs == 0:
-        raise records.no_valid_records(files, field, f"{file_type} translation pair",
-                                       stats.records, stats.malformed, "records")
+        raise records.no_valid_records(
+            files, field, f"{file_type} translation pair", stats.records, stats.malformed,
+            "records", complete, stats.examples[0] if stats.examples else None)
     return stats
 
 
 def _parse_tsv_line(line: tf.Tensor, needed: int):
     count, kept = records.split_tsv_line(line, needed)
-    return tf.logical_and(count >= needed, records.valid_text_fields(kept)), kept
+    return tf.logical_and(tf.equal(count, needed), records.valid_text_fields(kept)), kept
 
 
 def _parse_tfrecord(record: tf.Tensor, needed: int):
@@ -150,23 +162,41 @@ def _parse_tfrecord(record: tf.Tensor, needed: int):
 
 def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
                 input_context=None, is_training: bool = True,
-                shuffle_buffer_size: int = 100000,
-                seed: Optional[int] = None) -> tf.data.Dataset:
+                shuffle_buffer_size: int = 100000, seed: Optional[int] = None,
+                field: str = "input_path") -> tf.data.Dataset:
     """Yields `{"source": str, "target": str}` (+ `"hard_negatives": str [k]`) per valid pair.
 
     Training repeats and shuffles (files, then pairs); evaluation reads once, in order.
-    Malformed records are skipped (see `scan_bitext` for counting them).
+    Malformed records are skipped, counted and logged as they stream (`records`), under
+    `field`. Records of a TFRecord file that are not tf.Examples are counted from the gap
+    they leave, so a run of them at the very end of a file goes uncounted.
     """
     needed = 2 + num_hard_negatives
+    report = records.MalformedReport("bitext record", field, _explain(file_type, needed),
+                                     "line" if file_type == "tsv" else "record")
     if file_type == "tsv":
         def read(path):
-            return tf.data.TextLineDataset(path).map(lambda line: _parse_tsv_line(line, needed))
+            def check(number, line):
+                ok, fields = _parse_tsv_line(line, needed)
+                return report.skip(ok, path, number, line), fields
+            return tf.data.TextLineDataset(path).enumerate(start=1).map(check)
     else:
         def read(path):
             compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
-            # Records that are not tf.Examples fail to parse; `scan_bitext` counted them.
-            return tf.data.TFRecordDataset(path, compression_type=compression).map(
-                lambda record: _parse_tfrecord(record, needed)).ignore_errors()
+            parsed = tf.data.TFRecordDataset(path, compression_type=compression).enumerate(
+                start=1).map(lambda number, record: (number, record,
+                                                     *_parse_tfrecord(record, needed)))
+            # A record that is not a tf.Example fails to parse and is dropped here; the gap
+            # it leaves in the numbering is reported below.
+            parsed = parsed.ignore_errors().scan(
+                tf.constant(0, tf.int64),
+                lambda last, item: (item[0], (last, *item)))
+
+            def check(last, number, record, ok, fields):
+                gap = report.skip_gap(path, last + 1, number - last - 1, "not a tf.Example")
+                ok = tf.logical_and(gap, report.skip(ok, path, number, record))
+                return ok, fields
+            return parsed.map(check)
     dataset = interleave_files(files, read, input_context, is_training, seed)
     dataset = dataset.filter(lambda ok, fields: ok)
 
@@ -227,8 +257,9 @@ def bitext_files(data_config, field: str = "task.train_data") -> BitextStats:
     file_type = infer_file_type(files, data_config.file_type, field=f"{field}.file_type")
     stats = scan_bitext(files, file_type, data_config.num_hard_negatives,
                         field=f"{field}.input_path")
-    logging.info("Bitext %s: %d %s files, %d pairs, %d malformed records skipped", field,
-                 len(files), file_type, stats.pairs, stats.malformed)
+    logging.info("Bitext %s: %d %s files; %s %d records: %d pairs, %d malformed", field,
+                 len(files), file_type, "all" if stats.complete else "the first",
+                 stats.records, stats.pairs, stats.malformed)
     return stats
 
 
@@ -236,7 +267,8 @@ def bitext_sentences(data_config, field: str = "task.train_data") -> Iterator[st
     """Yields both sentences of every valid pair of `data_config`'s files, once, in order
     (e.g. to learn a joint vocabulary)."""
     stats = bitext_files(data_config, field)
-    pairs = read_bitext(stats.files, stats.file_type, is_training=False)
+    pairs = read_bitext(stats.files, stats.file_type, is_training=False,
+                        field=f"{field}.input_path")
     for pair in pairs.batch(1024).as_numpy_iterator():
         for side in ("source", "target"):
             for sentence in pair[side]:
@@ -254,6 +286,6 @@ def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.Toke
     pairs = read_bitext(stats.files, stats.file_type, data_config.num_hard_negatives,
                         input_context=input_context, is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
-                        seed=data_config.seed)
+                        seed=data_config.seed, field=f"{field}.input_path")
     return pipeline.batch_and_featurize(pairs, data_config, featurizer,
                                         input_context=input_context, field=field)

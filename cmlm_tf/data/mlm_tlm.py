@@ -115,7 +115,8 @@ def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
     if fraction < 1:
         files = list_files(data_config.input_path, field=f"{field}.input_path")
         stats = scan_corpus(files, field=f"{field}.input_path")
-        logging.info("MLM text %s: %d files, %d lines", field, len(files), stats.lines)
+        logging.info("MLM text %s: %d files (%s %d lines read up front)", field, len(files),
+                     "all" if stats.complete else "the first", stats.lines)
         lines = text_lines(files, input_context=input_context, is_training=is_training,
                            shuffle_buffer_size=data_config.shuffle_buffer_size,
                            seed=data_config.seed)
@@ -124,7 +125,8 @@ def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
         pairs = bitext.read_bitext(stats.files, stats.file_type, input_context=input_context,
                                    is_training=is_training,
                                    shuffle_buffer_size=bitext_config.shuffle_buffer_size,
-                                   seed=data_config.seed)
+                                   seed=data_config.seed,
+                                   field="task.bitext_data.input_path")
     examples = mixed_examples(lines, pairs, fraction, seed=data_config.seed)
     featurizer = MLMTLMFeaturizer(tokenizer_config, data_config.seq_length,
                                   data_config.max_predictions_per_seq, data_config.mask_ratio,

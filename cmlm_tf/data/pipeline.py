@@ -4,11 +4,43 @@ Readers (`sentence_pairs`, `mlm_tlm`, `bitext`, `nli`) yield string examples; a 
 tokenises a batch of them into int32 tensors of static shape. `batch_and_featurize` joins the
 two the same way for every objective, and `is_deterministic` is the one rule for when parallel
 `tf.data` stages must keep their order.
+
+A resumed training continues the data where it stopped: `train.run` reads the step of the
+checkpoint it restores and builds the training input inside `resuming_at(step)`, and every
+training pipeline then skips the examples of the batches already trained on, before they are
+tokenised, and numbers its batches from there (the per-batch masking seeds stay those of an
+uninterrupted run). With a `seed`, the resumed run sees exactly the batches an uninterrupted
+run would have seen; without one, the order is random anyway and the skip keeps a resumed
+run from starting over at the head of the files.
 """
 
-from typing import Callable, Optional
+import contextlib
+from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
+from absl import logging
+
+# The step training resumes from, while `resuming_at` builds the training input.
+_RESUME_STEP = [0]
+
+
+@contextlib.contextmanager
+def resuming_at(step: int) -> Iterator[None]:
+    """Training pipelines built inside this start after `step` steps' worth of batches."""
+    previous, _RESUME_STEP[0] = _RESUME_STEP[0], int(step)
+    try:
+        yield
+    finally:
+        _RESUME_STEP[0] = previous
+
+
+def batches_to_skip(input_context=None) -> int:
+    """Batches this input pipeline has already produced at the resume step: one per replica
+    it feeds, per step."""
+    step = _RESUME_STEP[0]
+    if not step or not input_context:
+        return step
+    return step * input_context.num_replicas_in_sync // input_context.num_input_pipelines
 
 
 def is_deterministic(seed: Optional[int], is_training: bool) -> bool:
@@ -40,11 +72,16 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     is_training = bool(data_config.is_training)
+    skip = batches_to_skip(input_context) if is_training else 0
+    if skip:
+        logging.info("%s: resuming the input after %d batches (%d examples skipped)", field,
+                     skip, skip * batch_size)
+        examples = examples.skip(skip * batch_size)
     batches = examples.batch(batch_size,
                              drop_remainder=data_config.drop_remainder or is_training)
     deterministic = is_deterministic(data_config.seed, is_training)
     if with_batch_index:
-        batches = batches.enumerate().map(
+        batches = batches.enumerate(start=skip).map(
             lambda index, batch: featurize(batch, index), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic)
     else:

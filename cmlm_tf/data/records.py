@@ -1,13 +1,21 @@
 """What makes a text record malformed, and the report of the malformed ones.
 
-The bitext and NLI readers check every file once on the host before training (`scan_*`:
-counting valid and malformed records, logging the first few with file and line) and then
-skip the same records inside the `tf.data` pipeline. Both sides apply one rule: a record
-needs its fields, and each text field must be valid UTF-8 and not empty after trimming ASCII
+Corpora are validated while they stream: the `tf.data` pipeline decides per record whether
+it is valid, skips the malformed ones and hands each of those to a `MalformedReport`, which
+counts them and logs the first few with file, line and reason (the host-side check below
+explains a record the pipeline refused), then the running total at 10, 100, 1000, ...
+malformed records. `log_totals` gives the totals when training ends. Before the pipeline
+starts, only a bounded sample (`SAMPLE_RECORDS` records from the start of the first files)
+is read, for the "no valid record at all" error, so start-up does not grow with the corpus.
+
+One rule for both sides: a record needs its fields (TSV lines exactly as many columns as
+configured: a further column usually means a tab inside a text, which would shift the
+fields), and each text field must be valid UTF-8 and not empty after trimming ASCII
 whitespace.
 """
 
-from typing import Optional, Sequence
+import threading
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -15,19 +23,28 @@ from absl import logging
 from cmlm_tf import tokenization
 
 ASCII_WHITESPACE = " \t\n\r\f\v"
+# Records read up front, from the start of the first files, to refuse a corpus that holds no
+# valid record before training starts.
+SAMPLE_RECORDS = 10_000
 
 
 def check_text_fields(fields: Sequence[bytes], needed: int,
-                      text_fields: Optional[int] = None) -> Optional[str]:
+                      text_fields: Optional[int] = None,
+                      most: Optional[int] = None) -> Optional[str]:
     """Why a record is malformed, or None (the host-side check).
 
     Args:
         fields: the record's fields, as bytes.
         needed: how many fields the record must have at least.
         text_fields: how many leading fields are texts to check (default: `needed`).
+        most: how many fields it may have at most (default: no limit).
     """
+    expected = f"exactly {needed}" if most == needed else f"at least {needed}"
     if len(fields) < needed:
-        return f"{len(fields)} field(s), expected at least {needed}"
+        return f"{len(fields)} field(s), expected {expected}"
+    if most is not None and len(fields) > most:
+        expected = expected if most == needed else f"at most {most}"
+        return f"{len(fields)} fields, expected {expected} (more columns than configured)"
     for index, value in enumerate(fields[:needed if text_fields is None else text_fields]):
         if not value.strip(ASCII_WHITESPACE.encode()):
             return f"field {index + 1} is empty"
@@ -65,17 +82,118 @@ def describe_files(files: Sequence[str]) -> str:
     return ", ".join(files[:3]) + ("..." if len(files) > 3 else "")
 
 
-def report_malformed(kind: str, problems: Sequence[str], malformed: int, unit: str) -> None:
-    """Logs the first malformed records (`problems`, each naming its file and line) and,
-    when there were more, how many `unit` were malformed in all."""
-    for problem in problems:
-        logging.warning("Skipping malformed %s: %s", kind, problem)
-    if malformed > len(problems):
-        logging.warning("... %d malformed %s in all", malformed, unit)
-
-
 def no_valid_records(files: Sequence[str], field: str, what: str, records: int,
-                     malformed: int, unit: str) -> ValueError:
-    """The error for files that hold no valid record, naming the config field."""
-    return ValueError(f"{field}: {describe_files(files)} holds no valid {what} ({records} "
-                      f"{unit}, {malformed} malformed)")
+                     malformed: int, unit: str, complete: bool = True,
+                     first_problem: Optional[str] = None) -> ValueError:
+    """The error for files that hold no valid record, naming the config field; `complete`
+    is False when only the first `records` were read."""
+    seen = f"{records} {unit}" if complete else f"the first {records} {unit} read"
+    why = f"; first: {first_problem}" if first_problem else ""
+    return ValueError(f"{field}: {describe_files(files)} holds no valid {what} ({seen}, "
+                      f"{malformed} malformed{why})")
+
+
+class MalformedReport:
+    """Counts and logs the records an input pipeline skips, from inside `tf.data`.
+
+    `skip(valid, path, number, raw)` is the pipeline's filter predicate: it returns `valid`,
+    and for an invalid record calls back into Python (only then) to count it and, for the
+    first `max_examples`, log `explain(raw)` with the file and line or record number. Every
+    report lives in `REPORTS` until `log_totals` reads it.
+
+    Args:
+        kind: what a record is, for the log ("bitext record").
+        field: the config field of the files ("task.train_data.input_path").
+        explain: raw record bytes -> why it is malformed (the host-side check).
+        where: "line" (text files) or "record" (TFRecord files).
+    """
+
+    def __init__(self, kind: str, field: str, explain: Callable[[bytes], str],
+                 where: str = "line", max_examples: int = 5):
+        self.kind, self.field, self.explain, self.where = kind, field, explain, where
+        self.max_examples = max_examples
+        self.count = 0
+        self.examples: List[str] = []
+        self._lock = threading.Lock()
+        REPORTS.append(self)
+
+    def note(self, path: bytes, number: int, raw: bytes, count: int = 1,
+             reason: Optional[str] = None) -> None:
+        """Counts `count` malformed records starting at `number` of `path` (host side)."""
+        with self._lock:
+            before, self.count = self.count, self.count + count
+            if len(self.examples) < self.max_examples:
+                where = f"{path.decode('utf-8', 'replace')} {self.where} {number}"
+                if count > 1:
+                    where += f"-{number + count - 1}"
+                example = f"{where}: {reason or self.explain(raw)}"
+                self.examples.append(example)
+                logging.warning("Skipping malformed %s: %s", self.kind, example)
+            for power in _powers_of_ten(before, self.count):
+                logging.warning("%d malformed %ss skipped so far (%s)", power, self.kind,
+                                self.field)
+
+    def skip(self, valid: tf.Tensor, path: tf.Tensor, number: tf.Tensor,
+             raw: tf.Tensor) -> tf.Tensor:
+        """`valid`, reporting the record when it is False (graph side)."""
+        def report():
+            def host(p, n, r):
+                self.note(p.numpy(), int(n.numpy()), r.numpy())
+                return False
+            flag = tf.py_function(host, [path, number, raw], tf.bool)
+            return tf.reshape(flag, [])
+        return tf.cond(valid, lambda: tf.constant(True), report)
+
+    def skip_gap(self, path: tf.Tensor, first: tf.Tensor, count: tf.Tensor,
+                 explanation: str) -> tf.Tensor:
+        """Reports `count` (> 0) undecodable records from `first` on; returns True."""
+        def report():
+            def host(p, n, c):
+                self.note(p.numpy(), int(n.numpy()), b"", int(c.numpy()), explanation)
+                return True
+            return tf.reshape(tf.py_function(host, [path, first, count], tf.bool), [])
+        return tf.cond(count > 0, report, lambda: tf.constant(True))
+
+
+REPORTS: List[MalformedReport] = []
+
+
+def _powers_of_ten(before: int, after: int) -> Iterable[int]:
+    power = 10
+    while power <= after:
+        if power > before:
+            yield power
+        power *= 10
+
+
+def log_totals() -> List[Tuple[str, str, int]]:
+    """Logs and returns (kind, field, count) for every report with malformed records, and
+    forgets them all."""
+    totals = [(r.kind, r.field, r.count) for r in REPORTS if r.count]
+    for kind, field, count in totals:
+        logging.warning("%d malformed %ss skipped in all (%s)", count, kind, field)
+    REPORTS.clear()
+    return totals
+
+
+def file_lines(path: str) -> Iterable[bytes]:
+    """The raw lines of a text file (local or remote), newline included."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        yield from f
+
+
+def sample_records(files: Sequence[str], read: Callable[[str], Iterable], field: str,
+                   limit: int = SAMPLE_RECORDS) -> Tuple[list, bool]:
+    """Up to `limit` items of `read(path)` over `files` in order, and whether that was all
+    of them; an unreadable file is an OSError naming it and the config field."""
+    items = []
+    for path in files:
+        try:
+            for item in read(path):
+                if len(items) == limit:
+                    return items, False
+                items.append(item)
+        except (OSError, tf.errors.OpError) as e:
+            message = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise OSError(f"{path}: cannot read ({field}): {message}") from None
+    return items, True

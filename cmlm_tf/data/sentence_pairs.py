@@ -23,6 +23,7 @@ class CorpusStats:
     documents: int = 0
     pairs: int = 0
     single_sentence_documents: int = 0
+    complete: bool = True  # whether the counts cover every line (else the first ones)
 
 
 @dataclasses.dataclass
@@ -38,27 +39,27 @@ class CMLMDataConfig(configs.TextDataConfig):
     shuffle_buffer_size: int = 10000
 
 
-def scan_corpus(files: Sequence[str], field: str = "input_path") -> CorpusStats:
-    """Counts documents and pairs; unreadable files and corpora without pairs are errors."""
-    stats = CorpusStats(files=list(files))
-    for path in files:
-        run = 0
-        try:
-            with tf.io.gfile.GFile(path, "rb") as f:
-                for raw in f:
-                    stats.lines += 1
-                    if raw.strip():
-                        run += 1
-                        continue
-                    stats = _close_document(stats, run)
-                    run = 0
-        except (OSError, tf.errors.OpError) as e:
-            raise OSError(f"{path}: cannot read ({field}): {e}") from None
+def scan_corpus(files: Sequence[str], field: str = "input_path",
+                limit: int = records.SAMPLE_RECORDS) -> CorpusStats:
+    """Counts documents and pairs in the first `limit` lines (all of a small corpus), before
+    training: an unreadable file, or a sample without a pair of consecutive sentences, is an
+    error naming `field`. Start-up does not grow with the corpus."""
+    sample, complete = records.sample_records(files, records.file_lines, field, limit)
+    stats = CorpusStats(files=list(files), complete=complete)
+    run = 0
+    for raw in sample:
+        stats.lines += 1
+        if raw.strip():
+            run += 1
+            continue
         stats = _close_document(stats, run)
+        run = 0
+    stats = _close_document(stats, run)
     if stats.pairs == 0:
+        seen = "" if complete else f" in its first {stats.lines} lines"
         raise ValueError(
-            f"{field}: {records.describe_files(files)} holds no pair of consecutive sentences "
-            "(empty files, or only one-sentence documents)")
+            f"{field}: {records.describe_files(files)} holds no pair of consecutive sentences"
+            f"{seen} (empty files, or only one-sentence documents)")
     return stats
 
 
@@ -128,9 +129,10 @@ def cmlm_dataset(data_config: CMLMDataConfig, tokenizer_config: configs.Tokenize
     """The CMLM input pipeline for `task.train_data` / `task.validation_data` (`field`)."""
     files = list_files(data_config.input_path, field=f"{field}.input_path")
     stats = scan_corpus(files, field=f"{field}.input_path")
-    logging.info("CMLM corpus: %d files, %d documents, %d sentence pairs, %d one-sentence "
-                 "documents skipped", len(files), stats.documents, stats.pairs,
-                 stats.single_sentence_documents)
+    logging.info("CMLM corpus: %d files; %s %d lines: %d documents, %d sentence pairs, %d "
+                 "one-sentence documents skipped", len(files),
+                 "all" if stats.complete else "the first", stats.lines, stats.documents,
+                 stats.pairs, stats.single_sentence_documents)
     featurizer = ConditionalMLMFeaturizer(
         tokenizer_config, data_config.seq_length, data_config.max_predictions_per_seq,
         data_config.mask_ratio, seed=data_config.seed)
