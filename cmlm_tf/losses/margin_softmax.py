@@ -42,6 +42,10 @@ class MarginSoftmaxConfig(hyperparams.Config):
     row's negatives (they are translations of it, not negatives).
     `cross_replica_negatives`: rank each row against every replica's rows (LaBSE §3.3); false
     ranks it against its own replica's rows only.
+    `mini_batch_size`: when > 0, train with cached gradients (`gradient_cache`): each
+    replica's batch is embedded in chunks of this many pairs, so memory follows the chunk
+    while the softmax still spans the whole global batch; same loss and gradients, one more
+    forward pass. Must divide the per-replica batch; 0 (default) is off.
     """
 
     margin: float = 0.3
@@ -49,6 +53,7 @@ class MarginSoftmaxConfig(hyperparams.Config):
     bidirectional: bool = True
     mask_duplicates: bool = True
     cross_replica_negatives: bool = True
+    mini_batch_size: int = 0
 
 
 # What a translation-ranking run reports (metric name -> the `ranking_losses` entry it

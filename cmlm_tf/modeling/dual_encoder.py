@@ -36,6 +36,21 @@ def encode_pairs(encoder: tf_keras.Model, features: Dict, training=None,
     return dict(zip(keys, tf.split(pooled, tf.stack(sizes), axis=0)))
 
 
+def chunk_of_pairs(features: Dict, index: tf.Tensor, size: int) -> Dict:
+    """Pairs `index·size … index·size + size − 1` of a bitext batch (TF Hub input dicts under
+    `source`, `target` and, k per pair, `hard_negatives`), with static shapes."""
+    out = {}
+    batch = features["source"]["input_word_ids"].shape[0]
+    for key in PAIR_KEYS:
+        if key not in features:
+            continue
+        rows = size * (features[key]["input_word_ids"].shape[0] // batch)
+        out[key] = {name: tf.reshape(value[index * rows:(index + 1) * rows],
+                                     [rows] + value.shape[1:].as_list())
+                    for name, value in features[key].items()}
+    return out
+
+
 class DualEncoder(tf_keras.Model):
     """Shared-weight dual encoder for translation ranking.
 

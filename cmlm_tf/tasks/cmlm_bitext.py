@@ -68,6 +68,10 @@ class CMLMBitextTask(base.SentenceTask):
     metric_sources = margin_softmax.METRICS
 
     def build_model(self) -> CMLMBitextModel:
+        if self.task_config.margin_softmax.mini_batch_size:
+            raise ValueError("task.margin_softmax.mini_batch_size (cached gradients) is "
+                             "supported by cmlm_tf/bitext only; set it to 0 for "
+                             "cmlm_tf/cmlm_bitext")
         return CMLMBitextModel(conditional_mlm.build_conditional_mlm(
             self.task_config.model, self.task_config.train_data.seq_length))
 

@@ -1,0 +1,144 @@
+"""Cached-gradient translation ranking: the same update as the uncached step."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO_DIR, subprocess_env
+
+from cmlm_tf.losses import margin_softmax
+
+# Runs in a fresh process: two logical CPU devices must exist before TensorFlow starts.
+_SCRIPT = textwrap.dedent("""
+    import json
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import tf_keras
+    from cmlm_tf.modeling import dual_encoder, seeded_dropout
+    from cmlm_tf.tasks import bitext
+
+    DROPOUT = float(sys.argv[1])
+    BATCH, SEQ, NEGATIVES, CHUNK = 8, 8, 1, 2
+
+    def make_task(mini_batch_size):
+        config = bitext.BitextTaskConfig()
+        config.model.override({
+            "encoder": {"vocab_size": 3627, "hidden_size": 32, "num_layers": 2,
+                        "num_attention_heads": 2, "intermediate_size": 64,
+                        "max_position_embeddings": 16, "dropout_rate": DROPOUT,
+                        "attention_dropout_rate": DROPOUT},
+            "tokenizer": {"vocab_file": "cmlm_tf/data/corpus/vocab.txt"}})
+        config.margin_softmax.override({"margin": 0.3, "scale": 20.0,
+                                        "mini_batch_size": mini_batch_size})
+        return bitext.BitextTask(config)
+
+    rng = np.random.default_rng(0)
+    def tokens(rows):
+        ids = rng.integers(5, 3627, size=(rows, SEQ)).astype(np.int32)
+        mask = np.ones((rows, SEQ), np.int32)
+        mask[:, SEQ // 2 + rng.integers(0, SEQ // 2):] = 0
+        return {"input_word_ids": ids * mask, "input_mask": mask,
+                "input_type_ids": np.zeros((rows, SEQ), np.int32)}
+    inputs = {"source": tokens(BATCH), "target": tokens(BATCH),
+              "hard_negatives": tokens(BATCH * NEGATIVES),
+              "source_id": np.arange(BATCH, dtype=np.int64),
+              "target_id": np.arange(BATCH, dtype=np.int64)}
+    inputs["target_id"][5] = inputs["target_id"][2]  # a duplicate: masked out of negatives
+
+    def replica_share(r, replicas):
+        size = BATCH // replicas
+        def rows(value, per_pair):
+            return value[r * size * per_pair:(r + 1) * size * per_pair]
+        return {"source": {k: rows(v, 1) for k, v in inputs["source"].items()},
+                "target": {k: rows(v, 1) for k, v in inputs["target"].items()},
+                "hard_negatives": {k: rows(v, NEGATIVES)
+                                   for k, v in inputs["hard_negatives"].items()},
+                "source_id": rows(inputs["source_id"], 1),
+                "target_id": rows(inputs["target_id"], 1)}
+
+    def sgd_update(task, model, strategy, replicas):
+        # SGD with learning rate 1: the weights move by minus the (summed) gradient.
+        with strategy.scope():
+            optimizer = tf_keras.optimizers.SGD(learning_rate=1.0)
+        before = [v.numpy() for v in model.trainable_variables]
+        step = tf.function(lambda x: task.train_step(x, model, optimizer))
+        if replicas == 1:
+            loss = float(step(tf.nest.map_structure(tf.constant, inputs))["loss"])
+        else:
+            data = strategy.experimental_distribute_values_from_function(
+                lambda context: tf.nest.map_structure(
+                    tf.constant, replica_share(context.replica_id_in_sync_group, replicas)))
+            per_replica = strategy.run(step, args=(data,))
+            loss = float(strategy.reduce("MEAN", per_replica["loss"], axis=None))
+        return loss, [b - v.numpy() for b, v in zip(before, model.trainable_variables)]
+
+    # The reference: one tape over every chunk, the chunks embedded with the seeds the
+    # cached step uses for them (step 0, chunk index over the global batch).
+    task = make_task(0)
+    model = task.build_model()
+    model(tf.nest.map_structure(tf.constant, inputs))
+    initial = model.get_weights()
+    seeded_dropout.make_replayable(model)
+    batch = tf.nest.map_structure(tf.constant, inputs)
+    with tf.GradientTape() as tape:
+        parts = []
+        for c in range(BATCH // CHUNK):
+            with seeded_dropout.dropout_seed(tf.constant([0, c], tf.int64)):
+                parts.append(model(dual_encoder.chunk_of_pairs(batch, tf.constant(c), CHUNK),
+                                   training=True))
+        outputs = {k: tf.concat([p[k] for p in parts], 0) for k in parts[0]}
+        reference_loss = task.compute_losses(batch, outputs)["loss"]
+    reference = [tf.convert_to_tensor(g).numpy()
+                 for g in tape.gradient(reference_loss, model.trainable_variables)]
+
+    results = {"reference_loss": float(reference_loss), "runs": {}}
+    runs = [("cached_1", CHUNK, 1), ("cached_2", CHUNK, 2)]
+    if DROPOUT == 0:
+        runs.append(("uncached_1", 0, 1))
+    for name, mini_batch_size, replicas in runs:
+        strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
+                    else tf.distribute.get_strategy())
+        task = make_task(mini_batch_size)
+        with strategy.scope():
+            model = task.build_model()
+            model(tf.nest.map_structure(tf.constant, replica_share(0, replicas)))
+            model.set_weights(initial)
+        loss, update = sgd_update(task, model, strategy, replicas)
+        diffs = [float(np.max(np.abs(u - g))) for u, g in zip(update, reference)]
+        scale = max(float(np.max(np.abs(g))) for g in reference)
+        results["runs"][name] = {"loss": loss, "max_diff": max(diffs), "grad_scale": scale}
+    print(json.dumps(results))
+""")
+
+
+def _run(tmp_path, dropout):
+    script = tmp_path / "gradient_cache.py"
+    script.write_text(_SCRIPT, encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script), str(dropout)], cwd=REPO_DIR,
+                            capture_output=True, text=True, env=subprocess_env(), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_cached_step_equals_the_uncached_one(tmp_path, dropout):
+    """On one device and on two replicas (dropout on: the same masks in both passes), the
+    cached step's loss and weight update equal one tape over the whole batch."""
+    values = _run(tmp_path, dropout)
+    expected = values["reference_loss"]
+    for name, run in values["runs"].items():
+        assert abs(run["loss"] - expected) <= 1e-5 * abs(expected), (name, run, expected)
+        assert run["max_diff"] <= 1e-5 * run["grad_scale"] + 1e-7, (name, run)
+        assert run["grad_scale"] > 1e-4  # the step moved the weights
+
+
+def test_mini_batch_size_is_a_config_field():
+    config = margin_softmax.MarginSoftmaxConfig(mini_batch_size=64)
+    assert config.as_dict()["mini_batch_size"] == 64
+    assert margin_softmax.MarginSoftmaxConfig().mini_batch_size == 0
