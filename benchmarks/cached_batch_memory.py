@@ -16,7 +16,6 @@ its memory grows with the batch; run it at `--batch` only where that projection 
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -68,22 +67,6 @@ def one_configuration(batch: int, chunk: int, seq: int, steps: int) -> dict:
             "peak_mb": peak_mb, "loss": loss}
 
 
-def cpu_description() -> str:
-    name, flags = platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and name == platform.machine():
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name}, {os.cpu_count()} cores, flags: {' '.join(wanted)}"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=4096)
@@ -95,12 +78,14 @@ def main(argv=None) -> int:
     parser.add_argument("--one", nargs=2, type=int, metavar=("BATCH", "CHUNK"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from cmlm_tf.inference import describe_cpu
+
     if args.one:
         print(json.dumps(one_configuration(args.one[0], args.one[1], args.seq, args.steps)))
         return 0
     runs = [(b, 0) for b in map(int, filter(None, args.uncached.split(",")))]
     runs += [(args.batch, c) for c in map(int, filter(None, args.chunks.split(",")))]
-    print(f"CPU: {cpu_description()}; seq {args.seq}, {args.steps} timed step(s)")
+    print(f"CPU: {describe_cpu()}; seq {args.seq}, {args.steps} timed step(s)")
     print(f"{'batch':>6} {'chunk':>6} {'step s':>8} {'pairs/s':>8} {'peak MB':>8} "
           f"{'1st step s':>10}")
     for batch, chunk in runs:

@@ -15,7 +15,6 @@ and are deleted at the end unless `--keep`.
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -64,22 +63,6 @@ def one_step_run(checkout: str, objective: str, corpus: str, model_dir: str) -> 
     return seconds
 
 
-def cpu_description() -> str:
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and name in ("", platform.machine()):
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name}, {os.cpu_count()} cores, flags: {' '.join(wanted) or 'none of avx2..amx'}"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", default="1000000,10000000",
@@ -90,6 +73,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default="")
     parser.add_argument("--keep", action="store_true", help="keep the generated corpora")
     args = parser.parse_args(argv)
+    from cmlm_tf.inference import describe_cpu
+
     sizes = [int(n) for n in args.lines.split(",") if n]
     objectives = [o for o in args.objectives.split(",") if o]
     for objective in objectives:
@@ -100,7 +85,7 @@ def main(argv=None) -> int:
         checkouts.insert(0, ("--before", os.path.abspath(args.before)))
     workdir = args.workdir or tempfile.mkdtemp(prefix="startup_time_")
     os.makedirs(workdir, exist_ok=True)
-    print(f"CPU: {cpu_description()}")
+    print(f"CPU: {describe_cpu()}")
     print(f"{'objective':<8} {'lines':>11} {'size MB':>8} " +
           " ".join(f"{label + ' s':>16}" for label, _ in checkouts))
     try:
