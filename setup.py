@@ -25,6 +25,7 @@ setup(
         "cmlm-tf-export = cmlm_tf.export.cli:main",
         "cmlm-tf-evaluate = cmlm_tf.evaluate:main",
         "cmlm-tf-mine = cmlm_tf.mine:main",
+        "cmlm-tf-mine-hard-negatives = cmlm_tf.mine_hard_negatives:main",
         "cmlm-tf-similarity = cmlm_tf.similarity:main",
         "cmlm-tf-build-vocab = cmlm_tf.build_vocab:main",
         "cmlm-tf-convert-hf-bert = cmlm_tf.convert_hf_bert:main",

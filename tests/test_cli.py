@@ -18,6 +18,8 @@ CLIS = {
                            "--classic_wordpiece"],
     "cmlm_tf.evaluate": ["sts", "retrieval", "mining", "bias", "classify", "pcr"],
     "cmlm_tf.mine": ["--model", "--src", "--tgt", "--output"],
+    "cmlm_tf.mine_hard_negatives": ["--model", "--pairs", "--num_negatives", "--range_max",
+                                    "--margin"],
     "cmlm_tf.similarity": ["--model"],
     "cmlm_tf.build_vocab": ["--input", "--vocab_size", "--type"],
     "cmlm_tf.convert_hf_bert": ["--hf_dir", "--output_dir"],

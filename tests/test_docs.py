@@ -15,13 +15,13 @@ PARSERS = {
     "export.export_tfhub": "cmlm_tf.export.cli",
     "cmlm_tf.evaluate": "cmlm_tf.evaluate",
     "cmlm_tf.mine": "cmlm_tf.mine",
+    "cmlm_tf.mine_hard_negatives": "cmlm_tf.mine_hard_negatives",
     "cmlm_tf.similarity": "cmlm_tf.similarity",
     "cmlm_tf.build_vocab": "cmlm_tf.build_vocab",
     "cmlm_tf.convert_hf_bert": "cmlm_tf.convert_hf_bert",
     "cmlm_tf.convert_nli": "cmlm_tf.convert_nli",
 }
-OPTIONAL = {"experiments.run": "experiments.run", "experiments.report": "experiments.report",
-            "cmlm_tf.mine_hard_negatives": "cmlm_tf.mine_hard_negatives"}
+OPTIONAL = {"experiments.run": "experiments.run", "experiments.report": "experiments.report"}
 NOT_OURS = {"venv", "pip", "pytest", "zipfile", "json.tool"}
 DOCS = [REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").glob("*.md"))]
 
