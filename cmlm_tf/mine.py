@@ -37,10 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _clean(text: str) -> str:
-    return text.replace("\t", " ")
-
-
 def write_pairs(path: str, pairs: mining.MinedPairs, src: Sequence[str], tgt: Sequence[str],
                 threshold: Optional[float] = None) -> int:
     """Writes `score<TAB>src<TAB>tgt` lines (pairs already sorted); returns how many."""
@@ -51,7 +47,7 @@ def write_pairs(path: str, pairs: mining.MinedPairs, src: Sequence[str], tgt: Se
         for source, target, score in zip(pairs.src_indices, pairs.tgt_indices, pairs.scores):
             if threshold is not None and score < threshold:
                 break
-            f.write(f"{score:.6f}\t{_clean(src[source])}\t{_clean(tgt[target])}\n")
+            f.write(readers.tsv_line(f"{score:.6f}", src[source], tgt[target]))
             written += 1
     return written
 

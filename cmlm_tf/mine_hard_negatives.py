@@ -152,12 +152,8 @@ def run(args) -> Tuple[int, int]:
     with open(args.output, "w", encoding="utf-8") as f:
         for source, target, found in zip(sources, targets, negatives):
             if found is not None:
-                f.write("\t".join(_clean(t) for t in (source, target, *found)) + "\n")
+                f.write(readers.tsv_line(source, target, *found))
     return written, len(sources) - written
-
-
-def _clean(text: str) -> str:
-    return " ".join(text.split("\t"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -62,6 +62,11 @@ def _fields(path: str, number: int, text: str, count: int, layout: str) -> List[
     return fields
 
 
+def tsv_line(*fields: str) -> str:
+    """A TSV line of `fields` (a tab inside a field becomes a space, so the columns stay)."""
+    return "\t".join(field.replace("\t", " ") for field in fields) + "\n"
+
+
 def read_bitext_tsv(path: str) -> Tuple[List[str], List[str]]:
     """`source<TAB>target` per line (e.g. `../shared/data/install_guide/<lang>.tsv`)."""
     src, tgt = [], []
