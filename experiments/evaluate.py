@@ -197,13 +197,17 @@ def run(model_dir: str, spec: dict) -> dict:
     return {"metrics": metrics, "train_curves": curves}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.evaluate",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--spec", required=True)
     parser.add_argument("--output", required=True)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     with open(args.spec, encoding="utf-8") as f:
         spec = json.load(f)
     report = run(args.model, spec)

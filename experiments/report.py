@@ -431,7 +431,7 @@ def _short_paper(paper: str) -> str:
             claims_lib.MOCO: "Dual MoCo", claims_lib.BGT.paper: "BGT"}.get(paper, paper)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.report",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=os.path.join(REPO, "runs", "experiments"))
@@ -440,7 +440,11 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="collect runs of this step count")
     parser.add_argument("--summary_dir", default=SUMMARY_DIR)
     parser.add_argument("--doc", default=DOC)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     os.makedirs(args.summary_dir, exist_ok=True)
     if not args.no_collect and os.path.isdir(args.results):
         for claim in claims_lib.CLAIMS.values():

@@ -456,7 +456,7 @@ def list_claims(results: str) -> None:
         print(f"{name:<13}{'':>5}{'':>7}  {'not in the runner':>18}  {'':>16}  {why}")
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.run",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--claim", choices=sorted(claims_lib.CLAIMS))
@@ -466,6 +466,11 @@ def main(argv=None) -> int:
     parser.add_argument("--arms", help="comma-separated arms (default: all)")
     parser.add_argument("--results", default=os.path.join(REPO, "runs", "experiments"))
     parser.add_argument("--shared_data", default=os.path.join(REPO, "..", "shared", "data"))
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     results = os.path.abspath(args.results)
     if args.list:

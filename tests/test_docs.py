@@ -21,7 +21,8 @@ PARSERS = {
     "cmlm_tf.convert_hf_bert": "cmlm_tf.convert_hf_bert",
     "cmlm_tf.convert_nli": "cmlm_tf.convert_nli",
 }
-OPTIONAL = {"experiments.run": "experiments.run", "experiments.report": "experiments.report"}
+OPTIONAL = {name: name for name in ("experiments.run", "experiments.report",
+                                     "experiments.train", "experiments.evaluate")}
 NOT_OURS = {"venv", "pip", "pytest", "zipfile", "json.tool"}
 DOCS = [REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").glob("*.md"))]
 
