@@ -5,7 +5,8 @@
 `pooled_float32` / `pooled_bfloat16` that `serving_default` also runs. What stays in Python
 is the batching: texts are tokenised, sorted by token count, batched, and each batch is
 padded only to its length bucket (`bucket_length`), not to `seq_length`. Each (rows, bucket)
-shape runs one graph, built once and reused, XLA-compiled with `jit_compile`.
+shape runs one graph, built once and reused; `jit_compile=True` XLA-compiles it (off by
+default: the saved graphs ran faster, docs/results.md).
 """
 
 import json
@@ -243,8 +244,8 @@ class SentenceEncoderModel:
         self.dim = int(described["dim"])
         self.seq_length = int(described["seq_length"])
         _check_metadata(export_dir, metadata, described)
-        # The saved graphs ran faster than their XLA compilation in both precisions
-        # (docs/results.md, "Encode throughput").
+        # The saved float32 graphs ran faster than their XLA compilation (docs/results.md,
+        # "`encode()` against sentence-transformers, plain graphs against XLA").
         self.jit_compile = bool(jit_compile)
         self._graphs = {}
         self.pcr = None
