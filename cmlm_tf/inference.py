@@ -409,17 +409,20 @@ class SentenceEncoderModel:
 def _check_metadata(export_dir: str, metadata: dict, described: dict) -> None:
     """Refuses metadata that disagrees with what the SavedModel computes."""
     encoder = metadata.get("encoder") if isinstance(metadata.get("encoder"), dict) else {}
-    expected = {"dim": metadata.get("dim"), "seq_length": metadata.get("seq_length"),
-                "vocab_size": metadata.get("vocab_size"), "pooling": encoder.get("pooling"),
-                "hidden_activation": encoder.get("hidden_activation")}
-    for field, value in expected.items():
+    path = os.path.join(export_dir, "cmlm_tf_export.json")
+    top_level = ("dim", "seq_length", "vocab_size")
+    for field in top_level + ("num_attention_heads", "pooling", "hidden_activation"):
+        if field not in described:  # exports written before the field was described
+            continue
+        where = field if field in top_level else f"encoder.{field}"
+        if field not in (metadata if field in top_level else encoder):
+            raise ValueError(f"{path}: {where} is missing; export the model again")
+        value = metadata[field] if field in top_level else encoder[field]
         actual = described[field]
         actual = actual.decode("utf-8") if isinstance(actual, bytes) else int(actual)
         if value != actual:
-            where = f"encoder.{field}" if field in ("pooling", "hidden_activation") else field
-            raise ValueError(f"{os.path.join(export_dir, 'cmlm_tf_export.json')}: {where} is "
-                             f"{value!r} but serving/1 computes {actual!r}; the metadata "
-                             "does not belong to this model")
+            raise ValueError(f"{path}: {where} is {value!r} but serving/1 computes "
+                             f"{actual!r}; the metadata does not belong to this model")
 
 
 def _either(name: str, value, alias: str, alias_value, default):

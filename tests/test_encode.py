@@ -153,9 +153,14 @@ def _copy_export(tiny_export, tmp_path, edit):
 @pytest.mark.parametrize("edit,message", [
     (lambda m: [m], "expected a JSON object"),
     (lambda m: {**m, "format_version": 1}, "export the model again"),
-    (lambda m: {k: v for k, v in m.items() if k != "dim"}, "dim"),
+    (lambda m: {k: v for k, v in m.items() if k != "dim"}, "dim is missing"),
     (lambda m: {**m, "dim": 64}, "dim is 64 but serving/1 computes 32"),
     (lambda m: {**m, "encoder": {**m["encoder"], "pooling": "cls"}}, "encoder.pooling"),
+    (lambda m: {**m, "encoder": {**m["encoder"], "hidden_activation": "relu"}},
+     "encoder.hidden_activation is 'relu'"),
+    (lambda m: {**m, "encoder": {**m["encoder"], "num_attention_heads": 7}},
+     "encoder.num_attention_heads is 7"),
+    (lambda m: {**m, "vocab_size": 5}, "vocab_size is 5"),
     (lambda m: {**m, "seq_length": 99}, "seq_length"),
 ])
 def test_metadata_that_does_not_fit_the_model_is_refused(tiny_export, tmp_path, edit, message):

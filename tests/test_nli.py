@@ -57,11 +57,14 @@ def test_reader_skips_and_counts_bad_lines(tmp_path):
         b"   \tA cat.\tneutral",                      # empty premise
         b"A \xff dog.\tA cat.\tneutral",              # invalid UTF-8
         b"Rain.\tWet streets.\t0\r",
+        b"A dog.\tA cat.\t0\ten\tes\textra",        # six fields: a tab inside a text?
     ])
-    stats = nli.scan_nli([path])
-    assert (stats.records, stats.examples, stats.malformed) == (10, 4, 6)
+    stats = nli.scan_nli([path], max_examples=10)
+    assert (stats.records, stats.examples, stats.malformed) == (11, 4, 7)
     assert stats.labels == [2, 1, 1]
     assert "line 1: unknown label" in stats.problems[0]
+    assert any("line 11: 6 fields, expected at most 5 (more columns" in problem
+               for problem in stats.problems)
 
     examples = list(nli.read_nli([path], is_training=False).as_numpy_iterator())
     assert [(e["premise"], e["hypothesis"], e["label"]) for e in examples] == [

@@ -60,6 +60,7 @@ class ServingModule(tf.Module):
         return {"dim": tf.constant(self.forward.output_dim, tf.int32),
                 "seq_length": tf.constant(self.seq_length, tf.int32),
                 "vocab_size": tf.constant(self._special["vocab_size"], tf.int32),
+                "num_attention_heads": tf.constant(self.forward.num_heads, tf.int32),
                 "pooling": tf.constant(self.forward.pooling),
                 "hidden_activation": tf.constant(self.forward.hidden_activation)}
 
