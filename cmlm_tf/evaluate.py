@@ -30,7 +30,7 @@ PCR_TASKS = ("retrieval", "mining", "bias")
 
 def _common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", required=True, help="folder written by export.export_tfhub")
+    common.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
     common.add_argument("--output", help="write the report as JSON to this file")
     common.add_argument("--batch_size", type=int, default=64, help="encode batch size")
     return common

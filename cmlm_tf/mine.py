@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cmlm_tf.mine",
         description="Mine 1-to-1 translation pairs from two text files (margin scoring).")
-    parser.add_argument("--model", required=True, help="folder written by export.export_tfhub")
+    parser.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--tgt", required=True, help="target sentences, one per line")
     parser.add_argument("--output", required=True, help="pairs file: score<TAB>src<TAB>tgt")
