@@ -96,6 +96,9 @@ def test_sentence_transformers_keyword_names(tiny_model):
     np.testing.assert_array_equal(tiny_model.encode(texts, normalize_embeddings=False), raw)
     with pytest.raises(ValueError, match="disagree"):
         tiny_model.encode(texts, normalize=True, normalize_embeddings=False)
+    unit = tiny_model.encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(unit, raw / np.linalg.norm(raw, axis=1, keepdims=True),
+                               atol=1e-6)
     full = tiny_model.encode(texts, show_progress_bar=False)
     tensor = tiny_model.encode(texts, convert_to_tensor=True)
     assert isinstance(tensor, tf.Tensor) and tensor.shape == (3, 32)
@@ -104,6 +107,15 @@ def test_sentence_transformers_keyword_names(tiny_model):
     assert isinstance(rows, list) and len(rows) == 3 and rows[0].shape == (32,)
     assert tiny_model.get_sentence_embedding_dimension() == 32
     assert tiny_model.max_seq_length == TINY_EXPORT_SEQ_LENGTH
+
+
+def test_progress_bar_counts_every_sentence(tiny_model, capsys):
+    texts = [f"sentence number {i}" for i in range(10)]
+    quiet = tiny_model.encode(texts, batch_size=4, show_progress_bar=False)
+    assert capsys.readouterr().err == ""
+    shown = tiny_model.encode(texts, batch_size=4, show_progress_bar=True)
+    np.testing.assert_array_equal(shown, quiet)
+    assert "10/10" in capsys.readouterr().err
 
 
 def test_similarity_of_texts_and_vectors(tiny_model):
