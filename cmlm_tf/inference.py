@@ -24,6 +24,10 @@ from cmlm_tf.evaluation.knn import l2_normalize
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
 
 PRECISIONS = ("float32", "bfloat16")
+# The export's metadata file, which `python -m cmlm_tf.export` writes and `load` reads, and
+# the version of its format.
+METADATA_FILE = "cmlm_tf_export.json"
+FORMAT_VERSION = 2
 # Texts are tokenised this many batches at a time, then sorted by token count.
 _TOKENIZE_BATCHES = 16
 # CPU flags (Linux /proc/cpuinfo) of native bfloat16 arithmetic.
@@ -441,8 +445,6 @@ def _is_text_input(x) -> bool:
 
 def read_metadata(export_dir: str) -> dict:
     """The export's `cmlm_tf_export.json`, checked; errors name the file and the field."""
-    from cmlm_tf.export.export_lib import FORMAT_VERSION, METADATA_FILE
-
     meta_path = os.path.join(export_dir, METADATA_FILE)
     if not os.path.isdir(export_dir):
         raise FileNotFoundError(f"{export_dir}: export directory not found")

@@ -25,9 +25,9 @@ import tempfile
 import time
 from typing import Optional
 
+from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE
+
 DEFAULT_SEQ_LENGTH = 128
-FORMAT_VERSION = 2
-METADATA_FILE = "cmlm_tf_export.json"
 SAVED_MODELS = ("preprocessor", "encoder", os.path.join("serving", "1"))
 # The inference forward must reproduce the Keras encoder's pooled output within this, or
 # the export stops (a layout the forward does not read correctly).
