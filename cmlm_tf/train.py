@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"experiments:\n{listing}\n\npackaged recipes (--config_file NAME): "
                f"{', '.join(configs.recipe_names())}\n\n"
                "Rerunning the same command resumes from the last readable checkpoint.")
-    parser.add_argument("--experiment", required=True, choices=list(experiments.EXPERIMENTS),
-                        metavar="NAME", help="registered experiment (listed below)")
+    parser.add_argument("--experiment", required=True, metavar="NAME",
+                        help="registered experiment (listed below)")
     parser.add_argument("--mode", required=True, choices=MODES)
     parser.add_argument("--model_dir", required=True,
                         help="checkpoints, params.yaml and TensorBoard summaries go here")
@@ -363,6 +363,11 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
     def body():
+        from cmlm_tf import experiments
+
+        if args.experiment not in experiments.EXPERIMENTS:
+            raise cli.UsageError(f"--experiment {args.experiment}: unknown experiment "
+                                 f"(registered: {', '.join(experiments.EXPERIMENTS)})")
         from absl import flags, logging
 
         flags.FLAGS.mark_as_parsed()  # absl logging without absl.app: no flags of its own
