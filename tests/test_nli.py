@@ -12,7 +12,7 @@ import tensorflow as tf
 from conftest import REPO_DIR, moco_batch, subprocess_env, tiny_moco_task, validation_scalars
 
 from cmlm_tf import convert_nli
-from cmlm_tf.data import nli
+from cmlm_tf.data import nli, records
 from cmlm_tf.modeling import pair_classifier
 from cmlm_tf.modeling.sentence_encoder import write_encoder_checkpoint
 from cmlm_tf.tasks import nli as nli_task
@@ -76,6 +76,17 @@ def test_reader_skips_and_counts_bad_lines(tmp_path):
     with pytest.raises(ValueError, match=r"task.train_data.input_path: .* holds no valid NLI"):
         nli.scan_nli([_write(tmp_path / "bad.tsv", [b"a\tb\tc"])],
                      field="task.train_data.input_path")
+
+
+def test_only_a_bounded_sample_is_read_before_training(tmp_path):
+    path = _write(tmp_path / "nli.tsv", [b"no label"] * 30 + [b"A dog.\tA cat.\t1"] * 5)
+    stats = nli.scan_nli([path], limit=31)
+    assert (stats.records, stats.examples, stats.malformed, stats.complete) == (31, 1, 30, False)
+    with pytest.raises(ValueError, match=r"holds no valid NLI example \(the first 20 lines"):
+        nli.scan_nli([path], limit=20, field="task.train_data.input_path")
+    # The pipeline still reads the whole file.
+    assert len(list(nli.read_nli([path], is_training=False))) == 5
+    records.REPORTS.clear()
 
 
 def test_cross_lingual_pairs_come_from_two_different_languages(tmp_path):
