@@ -112,3 +112,10 @@ def test_readme_is_a_front_page():
     for needed in ("python -m cmlm_tf.train", "hub.KerasLayer", "cmlm_tf.load",
                    "docker run", "pytest -q"):
         assert needed in text, needed
+
+
+@pytest.mark.parametrize("page", ["configuration.md", "serving.md"])
+def test_untrusted_models_are_called_code(page):
+    """The docs warn that SavedModels and checkpoints are programs, where users look."""
+    text = " ".join((REPO_DIR / "docs" / page).read_text(encoding="utf-8").split())
+    assert "is a program" in text and "sources you trust" in text
