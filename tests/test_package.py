@@ -55,5 +55,6 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
     out = _run([str(bin_dir / "cmlm-tf-similarity"), "--model", "exported", "Anne was happy.",
                 "She felt joy."], work, env).stdout
     assert "nearest to [0]: [1]" in out
-    card = (work / "exported" / "README.md").read_text()
-    assert str(work) not in card and str(tmp_path) not in card  # no local paths
+    for recorded in ("README.md", "cmlm_tf_export.json"):  # no local paths
+        text = (work / "exported" / recorded).read_text()
+        assert str(work) not in text and str(tmp_path) not in text, recorded
