@@ -341,6 +341,40 @@ def test_alpha_weights_the_two_losses(tmp_path, tiny_vocab):
                                0.3 * values[0.2]["ranking_loss"], rtol=1e-5)
 
 
+def test_cached_ranking_in_the_multitask_gives_the_same_update(tmp_path, tiny_vocab):
+    """cmlm_tf/cmlm_bitext with `mini_batch_size`: the ranking part with cached gradients
+    over chunks of 2 pairs, the CMLM part with a tape; the loss and the weight update (SGD,
+    learning rate 1) equal the plain step's. Dropout off, so both steps see the same model."""
+    corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat", "a man"]] * 8)
+    config = _as_multitask(tiny_cmlm_config(tiny_vocab, corpus))
+    config.bitext_data.override(dict(input_path=str(_bitext_file(tmp_path)),
+                                     global_batch_size=8, seq_length=8, seed=1))
+    config.margin_softmax.override({"margin": 0.3, "scale": 20.0})
+    batch = next(iter(cmlm_bitext.CMLMBitextTask(config).build_inputs(config.train_data)))
+    results = {}
+    for size in (0, 2):
+        config.margin_softmax.mini_batch_size = size
+        task = cmlm_bitext.CMLMBitextTask(config)
+        tf_keras.utils.set_random_seed(0)
+        model = task.build_model()
+        model(batch, training=False)
+        before = [v.numpy() for v in model.trainable_variables]
+        optimizer = tf_keras.optimizers.SGD(learning_rate=1.0)
+        metrics = task.build_metrics(training=True)
+        step = tf.function(task.train_step)
+        loss = float(step(batch, model, optimizer, metrics)["loss"])
+        update = [b - v.numpy() for b, v in zip(before, model.trainable_variables)]
+        results[size] = loss, update, {m.name: float(m.result()) for m in metrics}
+    (plain_loss, plain_update, plain_metrics), (loss, update, metrics) = results[0], results[2]
+    assert abs(loss - plain_loss) <= 1e-5 * abs(plain_loss)
+    scale = max(float(np.abs(u).max()) for u in plain_update)
+    assert scale > 1e-4  # the step moved the weights
+    for cached, plain in zip(update, plain_update):
+        np.testing.assert_allclose(cached, plain, atol=1e-5 * scale + 1e-7)
+    for name, value in plain_metrics.items():
+        np.testing.assert_allclose(metrics[name], value, rtol=1e-5, err_msg=name)
+
+
 def test_stage_two_restores_stage_one(tmp_path, tiny_vocab):
     """CMLM → CMLM+BR restores encoder, projection and head; CMLM → BR the encoder."""
     corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)

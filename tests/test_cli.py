@@ -172,3 +172,24 @@ def test_exporter_argument_errors_come_before_tensorflow():
                             env=cli_env(), cwd=REPO_DIR, timeout=120)
     assert result.stdout.split() == ["2", "False"], result.stderr[-1000:]
     assert "--model_dir and --hf_dir" in result.stderr
+
+
+def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys, monkeypatch):
+    from cmlm_tf import cli
+
+    def mistake():
+        raise ValueError("task.train_data.input_path: no file matches 'x*.txt'\nmore detail")
+
+    def bug():
+        raise KeyError("internal")
+
+    monkeypatch.delenv("CMLM_TF_DEBUG", raising=False)
+    assert cli.run_main(mistake) == 2
+    assert capsys.readouterr().err == \
+        "error: task.train_data.input_path: no file matches 'x*.txt'\n"
+    with pytest.raises(KeyError, match="internal"):
+        cli.run_main(bug)
+    assert cli.run_main(lambda: None) == 0 and cli.run_main(lambda: 3) == 3
+    monkeypatch.setenv("CMLM_TF_DEBUG", "1")  # the full traceback on request
+    with pytest.raises(ValueError, match="input_path"):
+        cli.run_main(mistake)

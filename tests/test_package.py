@@ -48,10 +48,17 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
                              capture_output=True, text=True)
     assert missing.returncode != 0 and "No module named 'export'" in missing.stderr
 
+    # As a user runs them: TensorFlow's C++ log level left to its default.
+    env = {k: v for k, v in env.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     _run([str(bin_dir / "cmlm-tf-train"), "--experiment=cmlm_tf/cmlm", "--config_file=cmlm_tiny",
           "--mode=train", "--model_dir=run",
           f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10"], work, env)
-    _run([str(bin_dir / "cmlm-tf-export"), "--model_dir=run", "--export_dir=exported"], work, env)
+    exported = _run([str(bin_dir / "cmlm-tf-export"), "--model_dir=run",
+                     "--export_dir=exported"], work, env)
+    # The export's log is quiet too: no CUDA or other ERROR line, no Keras metrics warning.
+    assert not [line for line in exported.stderr.splitlines()
+                if line.startswith("E") or "ERROR" in line], exported.stderr[-3000:]
+    assert "compiled metrics" not in exported.stderr
     out = _run([str(bin_dir / "cmlm-tf-similarity"), "--model", "exported", "Anne was happy.",
                 "She felt joy."], work, env).stdout
     assert "nearest to [0]: [1]" in out

@@ -225,6 +225,12 @@ def test_tflite_sentencepiece_exports_token_ids_and_the_tokenizer(tmp_path, tiny
 
 
 def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch):
+    import tensorflow as tf
+
+    real_devices = tf.config.list_physical_devices
+    gpus = []  # faked too, so that the test means the same on a machine with a GPU
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: gpus if kind == "GPU" else real_devices(kind))
     monkeypatch.setattr(inference, "_warned", set())
     monkeypatch.setattr(inference, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
     with pytest.warns(RuntimeWarning, match="neither AVX512_BF16 nor AMX"):
@@ -236,6 +242,12 @@ def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch)
         monkeypatch.setattr(inference, "cpu_flags", lambda flags=flags: flags)
         with _no_warning():
             cmlm_tf.load(str(tiny_export), precision="bfloat16")
+    # An AVX2-only CPU beside a GPU: bfloat16 runs on the GPU, no warning.
+    monkeypatch.setattr(inference, "_warned", set())
+    monkeypatch.setattr(inference, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
+    gpus.append("fake GPU")
+    with _no_warning():
+        cmlm_tf.load(str(tiny_export), precision="bfloat16")
 
 
 class _no_warning:

@@ -62,14 +62,20 @@ def test_fast_ids_equal_classic_ids_on_multilingual_text(minilm_hf_dir, lower_ca
 def test_unicode_whitespace_separates_words(minilm_hf_dir):
     """The one known difference: non-ASCII whitespace splits words in the fast tokenizer
     (as in the original BERT and Hugging Face tokenizers), while the classic one keeps it
-    inside the word. ASCII text is unaffected."""
+    inside the word: U+2028 in both modes, U+00A0 and U+3000 in cased mode (lower-casing
+    folds those two to a space first). ASCII text is unaffected."""
     vocab = minilm_hf_dir / "vocab.txt"
-    texts = ["ls\u2028ls", "plain ascii text, with punctuation!"]
-    fast = fast_ids(vocab, True, texts)
-    classic = classic_ids(vocab, True, texts)
-    separated = fast_ids(vocab, True, ["ls ls"])[0]
-    assert fast[0] == separated and classic[0] != separated
-    assert fast[1] == classic[1]
+    for lower_case, spaces in ((True, "\u2028"), (False, "\u00a0\u3000\u2028")):
+        separated = fast_ids(vocab, lower_case, ["ls ls"])[0]
+        texts = [f"ls{space}ls" for space in spaces] + ["plain ascii text, with punctuation!"]
+        fast = fast_ids(vocab, lower_case, texts)
+        classic = classic_ids(vocab, lower_case, texts)
+        for space, fast_row, classic_row in zip(spaces, fast, classic):
+            assert fast_row == separated and classic_row != separated, (lower_case, hex(ord(space)))
+        assert fast[-1] == classic[-1]
+    # Lower-cased, U+00A0 and U+3000 separate words in both tokenizers.
+    folded = ["ls\u00a0ls", "ls\u3000ls"]
+    assert fast_ids(vocab, True, folded) == classic_ids(vocab, True, folded)
 
 
 def test_words_layout_groups_continuation_pieces(tiny_vocab):

@@ -1,8 +1,8 @@
-"""What every cmlm_tf task shares: warm starts, the run's SentencePiece model and a train
-step that computes losses once."""
+"""What every cmlm_tf task shares: warm starts, the run's SentencePiece model, a train step
+that computes losses once, and the cached-gradient step of translation ranking."""
 
 import os
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -10,7 +10,8 @@ from absl import logging
 from official.core import base_task
 
 from cmlm_tf import tokenization
-from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.losses import gradient_cache
+from cmlm_tf.modeling import dual_encoder, seeded_dropout, sentence_encoder
 from cmlm_tf.tasks import dev_eval
 
 
@@ -64,6 +65,79 @@ def with_run_sentencepiece(task_config, model_dir: Optional[str]):
                                              "encoder": {"vocab_size": vocab_size}})
     task_config.lock()
     return task_config
+
+
+def cached_ranking_train_step(
+    task: "SentenceTask", inputs, model: tf_keras.Model, optimizer, metrics, size: int, *,
+    pairs: Mapping, embed_pairs: Callable[[Mapping], Dict[str, tf.Tensor]],
+    assemble: Callable[[Optional[Dict], Dict[str, tf.Tensor]], Dict],
+    other_forward: Optional[Callable[[], Dict]] = None,
+):
+    """A train step whose translation-ranking part runs with cached gradients
+    (`cmlm_tf.losses.gradient_cache`) over chunks of `size` pairs; the same update as the
+    plain step (`task.margin_softmax.mini_batch_size`).
+
+    Args:
+        task: computes the losses from (inputs, outputs) and updates the metrics.
+        pairs: the bitext batch inside `inputs` (`source`, `target` [, `hard_negatives`]).
+        embed_pairs: a chunk of `pairs` -> its embeddings, in training mode.
+        assemble: (the other part's outputs or None, the pairs' embeddings) -> the outputs
+            that `task.compute_losses` takes.
+        other_forward: the rest of a multitask's forward pass (e.g. CMLM's), differentiated
+            with an ordinary tape; None when translation ranking is the whole objective.
+    """
+    batch = pairs["source"]["input_word_ids"].shape[0]
+    if size < 0 or batch % size:
+        raise ValueError(f"task.margin_softmax.mini_batch_size must be positive and divide "
+                         f"the per-replica batch size {batch}, got {size}")
+    seeded_dropout.make_replayable(model)
+    context = tf.distribute.get_replica_context()
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    chunks = batch // size
+    # One seed per (step, replica, chunk): both passes over a chunk drop the same units.
+    step = tf.cast(optimizer.iterations, tf.int64)
+    first_chunk = tf.cast(context.replica_id_in_sync_group * chunks, tf.int64)
+
+    def embed(index):
+        part = dual_encoder.chunk_of_pairs(pairs, index, size)
+        seed = tf.stack([step, first_chunk + tf.cast(index, tf.int64)])
+        with seeded_dropout.dropout_seed(seed):
+            return embed_pairs(part)
+
+    def scale_loss(loss):
+        scaled = loss / replicas
+        if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+            scaled = optimizer.get_scaled_loss(scaled)
+        return scaled
+
+    variables = model.trainable_variables
+    if other_forward is None:
+        losses, embeddings, grads = gradient_cache.cached_gradients(
+            embed, chunks, lambda emb: task.compute_losses(inputs, assemble(None, emb)),
+            variables, scale_loss)
+        other = None
+    else:
+        # The whole loss is differentiated twice: through the pairs' embeddings with the
+        # other outputs held constant (cached), and through the other outputs with the
+        # embeddings held constant (one tape); the two gradients add up to the full one.
+        with tf.GradientTape() as tape:
+            other = other_forward()
+            with tape.stop_recording():
+                held = tf.nest.map_structure(tf.stop_gradient, other)
+                losses, embeddings, grads = gradient_cache.cached_gradients(
+                    embed, chunks, lambda emb: task.compute_losses(inputs, assemble(held, emb)),
+                    variables, scale_loss)
+            total = task.compute_losses(
+                inputs, assemble(other, tf.nest.map_structure(tf.stop_gradient, embeddings)))
+            scaled = scale_loss(total["loss"])
+        grads = [grad if other_grad is None else grad + tf.convert_to_tensor(other_grad)
+                 for grad, other_grad in zip(grads, tape.gradient(scaled, variables))]
+    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+        grads = optimizer.get_unscaled_gradients(grads)
+    optimizer.apply_gradients(list(zip(grads, variables)))
+    if metrics:
+        task.update_metrics(metrics, inputs, assemble(other, embeddings), losses)
+    return {task.loss: losses["loss"]}
 
 
 class _SentenceSteps(base_task.Task):

@@ -14,9 +14,9 @@ from official.core import exp_factory, task_factory
 
 from cmlm_tf import configs
 from cmlm_tf.data import bitext
-from cmlm_tf.losses import gradient_cache, margin_softmax
+from cmlm_tf.losses import margin_softmax
 from cmlm_tf.losses.margin_softmax import MarginSoftmaxConfig
-from cmlm_tf.modeling import dual_encoder, seeded_dropout
+from cmlm_tf.modeling import dual_encoder
 from cmlm_tf.tasks import base
 
 
@@ -71,43 +71,7 @@ class BitextTask(base.SentenceTask):
         size = self.task_config.margin_softmax.mini_batch_size
         if not size:
             return super().train_step(inputs, model, optimizer, metrics)
-        return cached_train_step(self, inputs, model, optimizer, metrics, size)
-
-
-def cached_train_step(task, inputs, model: tf_keras.Model, optimizer, metrics, size: int):
-    """A translation-ranking step with cached gradients over chunks of `size` pairs
-    (`task.margin_softmax.mini_batch_size`); the same update as the uncached step."""
-    batch = inputs["source"]["input_word_ids"].shape[0]
-    if size < 0 or batch % size:
-        raise ValueError(f"task.margin_softmax.mini_batch_size must be positive and divide "
-                         f"the per-replica batch size {batch}, got {size}")
-    seeded_dropout.make_replayable(model)
-    context = tf.distribute.get_replica_context()
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    chunks = batch // size
-    # One seed per (step, replica, chunk): both passes over a chunk drop the same units.
-    step = tf.cast(optimizer.iterations, tf.int64)
-    first_chunk = tf.cast(context.replica_id_in_sync_group * chunks, tf.int64)
-
-    def embed(index):
-        part = dual_encoder.chunk_of_pairs(inputs, index, size)
-        seed = tf.stack([step, first_chunk + tf.cast(index, tf.int64)])
-        with seeded_dropout.dropout_seed(seed):
-            return model(part, training=True)
-
-    def scale_loss(loss):
-        scaled = loss / replicas
-        if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-            scaled = optimizer.get_scaled_loss(scaled)
-        return scaled
-
-    variables = model.trainable_variables
-    losses, embeddings, grads = gradient_cache.cached_gradients(
-        embed, chunks, lambda outputs: task.compute_losses(inputs, outputs), variables,
-        scale_loss)
-    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-        grads = optimizer.get_unscaled_gradients(grads)
-    optimizer.apply_gradients(list(zip(grads, variables)))
-    if metrics:
-        task.update_metrics(metrics, inputs, embeddings, losses)
-    return {task.loss: losses["loss"]}
+        return base.cached_ranking_train_step(
+            self, inputs, model, optimizer, metrics, size, pairs=inputs,
+            embed_pairs=lambda part: model(part, training=True),
+            assemble=lambda _, embeddings: embeddings)

@@ -2,7 +2,8 @@
 
 L = L_CMLM + α · L_BR (CMLM paper §4.2, α = `task.bitext_weight`, 0.2). Each training step
 draws a CMLM batch from `task.train_data` (plain text) and a bitext batch from
-`task.bitext_data`; both go through the same encoder. Validation (`task.validation_data`)
+`task.bitext_data`; both go through the same encoder (the ranking part with cached
+gradients when `task.margin_softmax.mini_batch_size` is set). Validation (`task.validation_data`)
 measures CMLM only.
 
 The paper's three strategies are recipes (README, "Multitask strategies"): this experiment
@@ -25,7 +26,7 @@ from cmlm_tf.data import bitext, sentence_pairs
 from cmlm_tf.losses import margin_softmax
 from cmlm_tf.losses.margin_softmax import MarginSoftmaxConfig
 from cmlm_tf.losses.masked_lm import masked_lm_loss
-from cmlm_tf.modeling import conditional_mlm
+from cmlm_tf.modeling import conditional_mlm, dual_encoder
 from cmlm_tf.modeling.cmlm_bitext import CMLMBitextModel
 from cmlm_tf.tasks import base
 
@@ -68,10 +69,6 @@ class CMLMBitextTask(base.SentenceTask):
     metric_sources = margin_softmax.METRICS
 
     def build_model(self) -> CMLMBitextModel:
-        if self.task_config.margin_softmax.mini_batch_size:
-            raise ValueError("task.margin_softmax.mini_batch_size (cached gradients) is "
-                             "supported by cmlm_tf/bitext only; set it to 0 for "
-                             "cmlm_tf/cmlm_bitext")
         return CMLMBitextModel(conditional_mlm.build_conditional_mlm(
             self.task_config.model, self.task_config.train_data.seq_length))
 
@@ -96,6 +93,19 @@ class CMLMBitextTask(base.SentenceTask):
             losses.update(ranking, mlm_loss=mlm_loss,
                           loss=mlm_loss + self.task_config.bitext_weight * ranking["loss"])
         return losses
+
+    def train_step(self, inputs, model: CMLMBitextModel, optimizer, metrics=None):
+        """With `task.margin_softmax.mini_batch_size`, the ranking part runs with cached
+        gradients (the CMLM part with an ordinary tape): the same update."""
+        size = self.task_config.margin_softmax.mini_batch_size
+        if not size or "bitext" not in inputs:
+            return super().train_step(inputs, model, optimizer, metrics)
+        return base.cached_ranking_train_step(
+            self, inputs, model, optimizer, metrics, size, pairs=inputs["bitext"],
+            embed_pairs=lambda part: dual_encoder.encode_pairs(model.encoder, part,
+                                                               training=True),
+            assemble=lambda cmlm, embeddings: dict(cmlm or {}, bitext=embeddings),
+            other_forward=lambda: dict(model.cmlm(inputs["cmlm"], training=True)))
 
     def build_metrics(self, training: Optional[bool] = None):
         metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="masked_lm_accuracy"),
