@@ -15,6 +15,7 @@ learned from the task's data (`prepare_vocabulary`).
 """
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -216,7 +217,22 @@ def _runner_class():
                         steps=trainer_params.validation_steps)
                 else:
                     raise ValueError(f"--mode must be one of {MODES}, got {self._mode!r}")
+                self._close_train_input()
             return self.trainer.model, {}
+
+        def _close_train_input(self):
+            """Releases the training input now, saying so: tf.data's background threads
+            finish their work in progress first, which took 20-30 s of the tiny recipe on
+            2 cores and otherwise passed in silence before the process exited."""
+            if getattr(self.trainer, "_train_iter", None) is None:
+                return
+            started = time.perf_counter()
+            logging.info("closing the training input pipeline (tf.data finishes the "
+                         "batches in progress)")
+            self.trainer._train_iter = None
+            gc.collect()
+            logging.info("closed the training input pipeline in %.0f s",
+                         time.perf_counter() - started)
 
     return Runner
 

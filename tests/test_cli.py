@@ -149,6 +149,9 @@ def test_main_job_log_is_quiet_and_once(tmp_path):
     assert "np.float32" not in result.stderr + result.stdout
     assert "FLOPs" not in result.stderr
     assert "finished: step 20" in result.stderr
+    # The wait for tf.data's threads after training is announced, not silent.
+    assert "closing the training input pipeline" in result.stderr
+    assert "closed the training input pipeline in" in result.stderr
 
 
 def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypatch):
