@@ -295,7 +295,7 @@ QUEUE = Claim(
              ("spread/embedding_std", "held-out std"),
              ("train/embedding_std", "training std (last loop)"),
              ("train/contrastive_loss", "training loss (last loop)")),
-    steps=2000,
+    steps=1000,
     needs=("bible_split",),
     setup="The same tiny encoder, random initialisation, data and held-out pairs as "
           "*negatives*; dual momentum contrast (`configs/moco_tiny.yaml`: one shared query "
@@ -305,10 +305,10 @@ QUEUE = Claim(
           "margin 0 and scale 25 = 1/τ: the same InfoNCE over the 32 pairs of the batch, "
           "gradients through both sides, no queue, no momentum encoder.",
     export_seq_length=32,
-    cpu_minutes_per_seed=14.0,
+    cpu_minutes_per_seed=31.0,
     scale_note="The paper's queues hold up to 409,600 keys from a BERT-base encoder trained "
-               "for ~70k steps at batch 1,024; here 2,000 steps of 32 pairs fill a 16k queue "
-               "after a quarter of the run.",
+               "for ~70k steps at batch 1,024; here 1,000 steps of 32 pairs fill a 16k queue "
+               "after half of the run.",
 )
 
 _PROSE = "{shared}/english_prose/sentences/*.txt"
@@ -357,7 +357,7 @@ CMLM_VS_MLM = Claim(
     columns=(("stsb_nn/both", "NN top-1 (pairs ≥ 4)"),
              ("spread/mean_cosine", "mean cosine"),
              ("train/masked_lm_accuracy", "MLM acc. (last loop)")),
-    steps=2000,
+    steps=500,
     needs=("stsb", "prose"),
     setup="One tiny encoder (`configs/cmlm_tiny.yaml`: 2 layers, hidden 128, the bundled "
           "vocabulary, mean pooling) from a random initialisation shared by the arms of a "
@@ -371,7 +371,7 @@ CMLM_VS_MLM = Claim(
           "nearest-neighbour check, top-1 retrieval between the two sides of the dev pairs "
           "scored ≥ 4.",
     export_seq_length=48,
-    cpu_minutes_per_seed=12.0,
+    cpu_minutes_per_seed=15.0,
     scale_note="The paper trains BERT-base/large for 1M steps at batch 2,048 on Common "
                "Crawl; this is a 1M-parameter encoder and 64,000 sentences (pairs) of 19th "
                "century fiction, evaluated on modern STS-B.",
