@@ -305,7 +305,7 @@ QUEUE = Claim(
           "margin 0 and scale 25 = 1/τ: the same InfoNCE over the 32 pairs of the batch, "
           "gradients through both sides, no queue, no momentum encoder.",
     export_seq_length=32,
-    cpu_minutes_per_seed=31.0,
+    cpu_minutes_per_seed=30.0,
     scale_note="The paper's queues hold up to 409,600 keys from a BERT-base encoder trained "
                "for ~70k steps at batch 1,024; here 1,000 steps of 32 pairs fill a 16k queue "
                "after half of the run.",
@@ -371,7 +371,7 @@ CMLM_VS_MLM = Claim(
           "nearest-neighbour check, top-1 retrieval between the two sides of the dev pairs "
           "scored ≥ 4.",
     export_seq_length=48,
-    cpu_minutes_per_seed=15.0,
+    cpu_minutes_per_seed=12.0,
     scale_note="The paper trains BERT-base/large for 1M steps at batch 2,048 on Common "
                "Crawl; this is a 1M-parameter encoder and 64,000 sentences (pairs) of 19th "
                "century fiction, evaluated on modern STS-B.",
