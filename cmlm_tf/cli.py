@@ -44,6 +44,10 @@ def is_user_error(error: BaseException) -> bool:
     file and checkpoint errors. KeyError, IndexError and everything else are internal: they
     keep their traceback.
     """
+    from cmlm_tf import disk
+
+    if disk.is_disk_full(error):
+        return True  # write sites name their file (`cmlm_tf.disk.reporting_disk_full`)
     if isinstance(error, (KeyError, IndexError)):
         return False
     if isinstance(error, (ValueError, OSError, LookupError)):
