@@ -49,7 +49,10 @@ setup(
     ],
     # The TF Serving request protos, on the same line as tensorflow (the test builds a
     # PredictRequest).
-    extras_require={"test": ["pytest", "ruff", "tensorflow-serving-api~=2.20.0"]},
+    # `mteb`: MTEB 2.x runs on torch and sentence-transformers; left to mteb's own
+    # requirements, so installing torch first (a CPU build, say) keeps that build.
+    extras_require={"test": ["pytest", "ruff", "tensorflow-serving-api~=2.20.0"],
+                    "mteb": ["mteb>=2,<3"]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",

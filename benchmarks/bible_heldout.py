@@ -3,10 +3,11 @@ r"""Held-out English–Spanish Bible verses for models trained on the bundled Bi
     python benchmarks/bible_heldout.py --bible_dir ../shared/data/bible \
         --output runs/bible_heldout/heldout [--start_line 27716] [--count 1000]
 
-The bundled `cmlm_tf/data/corpus/bible_en_es.tsv` holds Matthew–Acts (lines 22,933–27,715 of
+The bundled `cmlm_tf/data/corpus/bible_en_es.tsv` and `bible_en_es_heldout.tsv` hold
+Matthew–Acts (lines 22,933–27,715 of
 `eng_kjv.txt` / `spa_rv1909.txt`). This writes `OUTPUT.en` and `OUTPUT.es`, line-aligned: the
 first `--count` verses from `--start_line` (1-based; 27,716 is Romans 1:1) with both sides
-non-empty, whose English text occurs neither in the bundled file nor earlier in the output.
+non-empty, whose English text occurs neither in the bundled files nor earlier in the output.
 Score with `python -m cmlm_tf.evaluate retrieval --model EXPORT --src OUTPUT.en
 --tgt OUTPUT.es`.
 """
@@ -22,8 +23,11 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def heldout_pairs(bible_dir: str, start_line: int, count: int, bundled: str = BUNDLED):
-    with open(bundled, encoding="utf-8") as f:
-        seen = {line.split("\t", 1)[0].strip() for line in f}
+    seen = set()
+    for path in (bundled, bundled.replace(".tsv", "_heldout.tsv")):
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                seen.update(line.split("\t", 1)[0].strip() for line in f)
     pairs = []
     for number, (english, spanish) in enumerate(bible_pairs(bible_dir), start=1):
         if number < start_line or not english or not spanish or english in seen:

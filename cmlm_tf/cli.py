@@ -75,6 +75,62 @@ def run_main(body: Callable[[], Optional[int]]) -> int:
     return 0 if code is None else int(code)
 
 
+class Stages:
+    """Says on stderr which stage a long command is in: once a stage has lasted `after`
+    seconds, then every `every` seconds while it lasts, one plain line (from a timer thread).
+    Quick stages print nothing, so a quick command or a one-line error stays as it was.
+
+        stage = Stages("export"); stage("converting to TFLite"); ...; stage.done()
+        -> export: converting to TFLite (10 s so far)
+
+    Call `done()` when the command ends, also when it fails.
+    """
+
+    def __init__(self, command: str, after: float = 10.0, every: float = 20.0):
+        import threading
+        import time
+
+        self.command = command
+        self.after = after
+        self.every = every
+        self._clock = time.perf_counter
+        self._lock = threading.Lock()
+        self._current = None  # (generation, what, started)
+        self._generation = 0
+        self._timer = None
+
+    def __call__(self, what: str) -> None:
+        with self._lock:
+            self._generation += 1
+            self._current = (self._generation, what, self._clock())
+            self._arm(self.after)
+
+    def done(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._current = None
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _arm(self, delay: float) -> None:
+        import threading
+
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(delay, self._report, args=(self._generation,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _report(self, generation: int) -> None:
+        with self._lock:
+            if self._current is None or self._current[0] != generation:
+                return  # a later stage began, or the command ended
+            _, what, started = self._current
+            print(f"{self.command}: {what} ({self._clock() - started:.0f} s so far)",
+                  file=sys.stderr, flush=True)
+            self._arm(self.every)
+
+
 def quiet_tensorflow_logs() -> None:
     """Sets TensorFlow's C++ log level before TensorFlow is imported, unless the user did.
 

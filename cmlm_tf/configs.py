@@ -116,6 +116,36 @@ def validate_model_config(model: SentenceModelConfig) -> None:
             f"task.model.tokenizer.type must be one of {TOKENIZER_TYPES}, got {tok.type!r}")
 
 
+# A masked-LM sequence holds [CLS], [SEP] and at least one token that can be masked.
+MIN_MASKED_LM_SEQ_LENGTH = 3
+
+
+def validate_run_config(params: hyperparams.Config) -> None:
+    """Raises ValueError naming the first field with which a run would train nothing and
+    still "finish": a step count or interval below 1, or a masked-LM input (one with
+    `max_predictions_per_seq`) too short to hold a token to predict."""
+    trainer = getattr(params, "trainer", None)
+    for name in ("train_steps", "steps_per_loop", "checkpoint_interval", "summary_interval",
+                 "validation_interval"):
+        value = getattr(trainer, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"trainer.{name} must be at least 1, got {value}")
+    task = getattr(params, "task", None)
+    for field in ("train_data", "bitext_data", "validation_data"):
+        data = getattr(task, field, None)
+        if data is None or not hasattr(data, "max_predictions_per_seq"):
+            continue
+        if field != "train_data" and not data.input_path:
+            continue
+        if data.seq_length < MIN_MASKED_LM_SEQ_LENGTH:
+            raise ValueError(
+                f"task.{field}.seq_length must be at least {MIN_MASKED_LM_SEQ_LENGTH} "
+                f"([CLS], [SEP] and a token to mask), got {data.seq_length}")
+        if data.max_predictions_per_seq < 1:
+            raise ValueError(f"task.{field}.max_predictions_per_seq must be at least 1, "
+                             f"got {data.max_predictions_per_seq}")
+
+
 def lamb_optimizer(learning_rate: float = 1e-3, warmup_steps: int = 10000,
                    decay_steps: int = 0) -> optimization.OptimizationConfig:
     """LAMB, linear warm-up then linear decay to 0 (CMLM paper: lr 1e-3, warm-up 10k).
@@ -269,20 +299,78 @@ def load_experiment_config(
     params = base if base is not None else SentenceExperimentConfig()
     for name in config_files or []:
         path = resolve_recipe(name)
+        mapping = read_yaml_mapping(path)
         try:
-            params.override(read_yaml_mapping(path), is_strict=True)
+            params.override(mapping, is_strict=True)
         except (KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{path}: {_first_line(e)}") from None
+            raise ValueError(f"{path}: {override_error(params, mapping, e)}") from None
         _check_types(params, path)
     if params_override:
+        mapping = parse_override(params_override)
         try:
-            params.override(parse_override(params_override), is_strict=True)
+            params.override(mapping, is_strict=True)
         except (KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"--params_override: {_first_line(e)}") from None
+            raise ValueError(f"--params_override: {override_error(params, mapping, e)}") \
+                from None
         _check_types(params, "--params_override")
     resolve_bundled_paths(params)
     follow_train_steps(params)
     return params
+
+
+def override_error(params: hyperparams.Config, mapping: dict, error: Exception) -> str:
+    """The line that reports a failed strict override: for a key `params` does not have,
+    `unknown key a.b; did you mean a.c?` (the closest keys beside it, else the closest keys of
+    that name elsewhere), else the error's own first line."""
+    known = params.as_dict()
+    found = _unknown_key(known, mapping)
+    if found is None:
+        return _first_line(error)
+    path, siblings = found
+    prefix, _, key = path.rpartition(".")
+    close = [f"{prefix}.{name}" if prefix else name for name in _closest(key, siblings)]
+    if not close:
+        # A key in the wrong place (trainer.seq_length): the paths that end in a close name.
+        elsewhere = {}
+        for dotted in _dotted_keys(known):
+            elsewhere.setdefault(dotted.rpartition(".")[2], []).append(dotted)
+        close = [dotted for name in _closest(key, list(elsewhere))
+                 for dotted in elsewhere[name]][:3]
+    if close:
+        return f"unknown key {path}; did you mean {' or '.join(close)}?"
+    where = f"under {prefix}" if prefix else "at the top level"
+    return f"unknown key {path}; the keys {where} are {', '.join(sorted(siblings))}"
+
+
+def _closest(word: str, candidates: List[str]) -> List[str]:
+    """The candidates most like `word` (similarity at least 0.75, within 0.05 of the best)."""
+    import difflib
+
+    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates),
+                    reverse=True)
+    if not scored or scored[0][0] < 0.75:
+        return []
+    return [c for score, c in scored if score >= max(0.75, scored[0][0] - 0.05)]
+
+
+def _unknown_key(known: dict, mapping: dict, prefix: str = ""):
+    """(dotted path, keys beside it) of the first key of `mapping` missing from `known`
+    (nested dicts, as `Config.as_dict()`), or None."""
+    for key, value in mapping.items():
+        if key not in known:
+            return f"{prefix}{key}", list(known)
+        if isinstance(value, dict) and isinstance(known[key], dict):
+            found = _unknown_key(known[key], value, f"{prefix}{key}.")
+            if found is not None:
+                return found
+    return None
+
+
+def _dotted_keys(known: dict, prefix: str = ""):
+    for key, value in known.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _dotted_keys(value, f"{prefix}{key}.")
 
 
 def _check_types(params: hyperparams.Config, source: str) -> None:
@@ -333,7 +421,7 @@ def resolve_bundled_paths(config: hyperparams.Config) -> None:
     bundled data run from anywhere."""
     import os
 
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package_parent = _package_parent()
 
     def resolve(text: str) -> str:
         parts = text.split(",")
@@ -349,16 +437,45 @@ def resolve_bundled_paths(config: hyperparams.Config) -> None:
             resolved.append(path)
         return ",".join(resolved)
 
+    _rewrite_strings(config, resolve)
+
+
+def bundled_paths_as_given(config: hyperparams.Config) -> None:
+    """The inverse of `resolve_bundled_paths`: paths into the installed package's files
+    become `cmlm_tf/...` again, so a run's `params.yaml` names no local installation and
+    the run folder can move to another machine (readers resolve them again)."""
+    import os
+
+    installed = os.path.join(_package_parent(), BUNDLED_PREFIX)
+
+    def as_given(text: str) -> str:
+        if installed not in text:
+            return text
+        return ",".join(BUNDLED_PREFIX + part.strip()[len(installed):]
+                        if part.strip().startswith(installed) else part
+                        for part in text.split(","))
+
+    _rewrite_strings(config, as_given)
+
+
+def _package_parent() -> str:
+    import os
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rewrite_strings(config: hyperparams.Config, rewrite) -> None:
+    """Applies `rewrite(str) -> str` to every string field (and list of strings), in place."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name, None)
         if isinstance(value, hyperparams.Config):
-            resolve_bundled_paths(value)
+            _rewrite_strings(value, rewrite)
         elif isinstance(value, str) and value:
-            new = resolve(value)
+            new = rewrite(value)
             if new != value:
                 config.override({field.name: new}, is_strict=True)
         elif isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
-            new = [resolve(v) if isinstance(v, str) else v for v in value]
+            new = [rewrite(v) if isinstance(v, str) else v for v in value]
             if new != list(value):
                 config.override({field.name: new}, is_strict=True)
 

@@ -7,12 +7,14 @@ r"""Evaluates an exported encoder with the published protocols.
     python -m cmlm_tf.evaluate bias --model EXPORT_DIR --data DIR --langs eng,spa,deu [--k 10]
     python -m cmlm_tf.evaluate classify --model EXPORT_DIR --train F --test F [--dev F]
     python -m cmlm_tf.evaluate pcr --model EXPORT_DIR --input en=F --input es=F --save_pcr F
+    python -m cmlm_tf.evaluate mteb --model EXPORT_DIR --tasks STSBenchmark [--output_folder D]
 
 Every task prints a table and, with `--output report.json`, writes its metrics (accuracies,
 precision, recall, F1 and shares as fractions). `retrieval`, `mining` and `bias` take `--pcr`
 (fit per-language principal component removal on the evaluated sentences; `--save_pcr F`
-keeps the components) or `--pcr_file F` (apply components saved earlier). Bad files or
-arguments stop with a one-line error and exit code 2.
+keeps the components) or `--pcr_file F` (apply components saved earlier). `mteb` runs any
+MTEB 2.x task (it needs `pip install 'cmlm_tf[mteb]'`) and keeps MTEB's result files in
+`--output_folder`. Bad files or arguments stop with a one-line error and exit code 2.
 """
 
 import argparse
@@ -24,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from cmlm_tf import cli
 from cmlm_tf.evaluation import mining, readers
 
-TASKS = ("sts", "retrieval", "mining", "bias", "classify", "pcr")
+TASKS = ("sts", "retrieval", "mining", "bias", "classify", "pcr", "mteb")
 PCR_TASKS = ("retrieval", "mining", "bias")
 
 
@@ -86,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--input", action="append", required=True, metavar="LANG=FILE",
                      help="sentences of one language, one per line (repeatable)")
     fit.add_argument("--save_pcr", required=True, help="output file (JSON)")
+
+    bench = tasks.add_parser("mteb", parents=[common],
+                             help="MTEB 2.x tasks by name (pip install 'cmlm_tf[mteb]')")
+    bench.add_argument("--tasks", required=True, nargs="+", metavar="TASK",
+                       help="MTEB task names, e.g. STSBenchmark (space- or comma-separated)")
+    bench.add_argument("--output_folder", default="mteb_results",
+                       help="MTEB's result folder (default mteb_results): "
+                            "results/cmlm_tf__<export folder>/<revision>/<Task>.json")
+    bench.add_argument("--overwrite", action="store_true",
+                       help="run again where the folder already has results (MTEB reuses them)")
     return parser
 
 
@@ -165,6 +177,8 @@ def run(args) -> Dict[str, object]:
     from cmlm_tf.evaluation.pcr import PCRComponents
 
     _check_arguments(args)
+    if args.task == "mteb":
+        return _run_mteb(args)
     inputs = _read_inputs(args)
     pcr = None
     if args.task in PCR_TASKS:
@@ -198,6 +212,28 @@ def run(args) -> Dict[str, object]:
         fitted.save(args.save_pcr)
     return {"task": args.task, "model": args.model, "inputs": _input_files(args),
             "pcr": _pcr_summary(args), "metrics": metrics}
+
+
+def _run_mteb(args) -> Dict[str, object]:
+    """The `mteb` task: MTEB by task name, through `cmlm_tf.evaluation.mteb_adapter`."""
+    from cmlm_tf.evaluation import mteb_adapter
+    from cmlm_tf.inference import read_metadata
+
+    try:
+        mteb_adapter.import_mteb()
+    except ImportError:
+        raise cli.UsageError("python -m cmlm_tf.evaluate mteb needs MTEB, which is not "
+                             f"installed: {mteb_adapter.INSTALL_HINT}") from None
+    read_metadata(args.model)  # a wrong --model stops before MTEB loads its task list
+    tasks = mteb_adapter.resolve_tasks(args.tasks)
+    outcome = mteb_adapter.evaluate_export(args.model, tasks, args.output_folder,
+                                           batch_size=args.batch_size, overwrite=args.overwrite)
+    for path in outcome["files"]:
+        print(f"MTEB results: {path}", file=sys.stderr)
+    return {"task": "mteb", "model": args.model,
+            "inputs": {"tasks": [task.metadata.name for task in tasks],
+                       "output_folder": args.output_folder},
+            "pcr": {"mode": "none"}, "metrics": outcome["scores"], "files": outcome["files"]}
 
 
 def _input_files(args) -> Dict[str, object]:

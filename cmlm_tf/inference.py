@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from cmlm_tf.evaluation import mteb_adapter
 from cmlm_tf.evaluation.knn import l2_normalize
 
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
@@ -212,12 +213,13 @@ def _check_batch_size(batch_size) -> int:
     return int(batch_size)
 
 
-class SentenceEncoderModel:
+class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
     """An exported cmlm_tf encoder, ready to embed text.
 
     The names sentence-transformers users know work too: `encode(...,
     normalize_embeddings=, show_progress_bar=, convert_to_numpy=, convert_to_tensor=)`,
-    `similarity(a, b)`, `get_sentence_embedding_dimension()` and `max_seq_length`.
+    `similarity(a, b)`, `get_sentence_embedding_dimension()` and `max_seq_length`. It is an
+    MTEB 2.x encoder as well (`mteb.evaluate(model, tasks)`; `cmlm_tf.evaluation.mteb_adapter`).
 
     Attributes:
         dim: embedding size (read from the SavedModel).
@@ -300,7 +302,7 @@ class SentenceEncoderModel:
                show_progress: Optional[bool] = None, language: Optional[str] = None,
                pcr=None, *, normalize_embeddings: Optional[bool] = None,
                show_progress_bar: Optional[bool] = None, convert_to_numpy: bool = True,
-               convert_to_tensor: bool = False):
+               convert_to_tensor: bool = False, **mteb_call):
         """Embeds `texts`; returns float32 [n, dim] in input order (one string: [dim]).
 
         Texts are sorted by token count before batching and each batch is padded to its
@@ -323,7 +325,11 @@ class SentenceEncoderModel:
             convert_to_numpy: return a NumPy array (the default); False gives a list of
                 [dim] arrays, as sentence-transformers does.
             convert_to_tensor: return a `tf.Tensor` instead.
+            **mteb_call: MTEB's `encode(DataLoader, task_metadata=, hf_split=, hf_subset=,
+                prompt_type=)`: `texts` is then MTEB's loader (`mteb_adapter.loader_texts`).
         """
+        if mteb_call or mteb_adapter.is_data_loader(texts):
+            texts = mteb_adapter.loader_texts(texts, **mteb_call)
         normalize = _either("normalize", normalize, "normalize_embeddings",
                             normalize_embeddings, default=True)
         show_progress = _either("show_progress", show_progress, "show_progress_bar",
@@ -361,12 +367,26 @@ class SentenceEncoderModel:
         return result
 
     def similarity(self, a, b) -> np.ndarray:
-        """Cosine similarities [len(a), len(b)] of two sets of vectors (or of texts,
-        encoded first). A single vector or text counts as one row."""
-        a, b = (self.encode(x) if _is_text_input(x) else np.asarray(x, np.float32)
-                for x in (a, b))
-        a, b = (l2_normalize(np.atleast_2d(x).astype(np.float32)) for x in (a, b))
-        return a @ b.T
+        """Cosine similarities float32 [len(a), len(b)] of two sets of vectors (or of texts,
+        encoded first). A single vector or text counts as one row; an empty list, none (so
+        `similarity([], [])` is [0, 0])."""
+        a, b = self._rows("a", a), self._rows("b", b)
+        if a.shape[1] != b.shape[1]:
+            raise ValueError(f"a has vectors of dim {a.shape[1]} and b of dim {b.shape[1]}; "
+                             "compare vectors of one model")
+        return l2_normalize(a) @ l2_normalize(b).T
+
+    def _rows(self, name: str, x) -> np.ndarray:
+        """`similarity`'s argument as float32 [rows, dim]: texts encoded, a vector one row."""
+        if _is_text_input(x):
+            return np.atleast_2d(self.encode(x))
+        vectors = np.asarray(x, np.float32)
+        if vectors.ndim == 1 and vectors.size == 0:
+            return np.zeros([0, self.dim], np.float32)
+        if vectors.ndim > 2:
+            raise ValueError(f"{name} has the shape {list(vectors.shape)}; pass texts, one "
+                             "vector [dim] or vectors [n, dim]")
+        return np.atleast_2d(vectors)
 
     def _batches(self, strings: List[bytes], batch_size: int):
         """Yields (indices into `strings`, float32 pooled [len(indices), dim]) per batch."""

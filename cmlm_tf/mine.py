@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from cmlm_tf import cli
+from cmlm_tf import cli, disk
 from cmlm_tf.evaluation import mining, readers
 
 
@@ -39,11 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def write_pairs(path: str, pairs: mining.MinedPairs, src: Sequence[str], tgt: Sequence[str],
                 threshold: Optional[float] = None) -> int:
-    """Writes `score<TAB>src<TAB>tgt` lines (pairs already sorted); returns how many."""
+    """Writes `score<TAB>src<TAB>tgt` lines (pairs already sorted); returns how many.
+
+    The file appears complete or not at all (`cmlm_tf.disk.atomic_output`).
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     written = 0
-    with open(path, "w", encoding="utf-8") as f:
+    # Written under a temporary name and renamed: a failed write (a full disk) leaves no
+    # partial file and names `path`.
+    with disk.atomic_output(path) as temp, open(temp, "w", encoding="utf-8") as f:
         for source, target, score in zip(pairs.src_indices, pairs.tgt_indices, pairs.scores):
             if threshold is not None and score < threshold:
                 break
@@ -66,13 +71,30 @@ def run(args) -> int:
     tgt = readers.read_sentences(args.tgt, skip_empty=True)
     pcr = cli.load_pcr(args.pcr_file)
     cli.check_pcr_languages(pcr, [args.src_lang, args.tgt_lang], args.pcr_file)
-    encode = cli.load_encoder(args.model, args.batch_size)
-    pairs, fitted = suite.mine_texts(encode, src, tgt, k=args.k, margin=args.margin,
-                                     src_lang=args.src_lang, tgt_lang=args.tgt_lang,
-                                     fit_pcr=args.pcr, pcr=pcr)
-    if fitted is not None and args.save_pcr:
-        fitted.save(args.save_pcr)
-    return write_pairs(args.output, pairs, src, tgt, args.threshold)
+    stage = cli.Stages("mine")
+    try:
+        stage(f"loading {args.model}")
+        encoder = cli.load_encoder(args.model, args.batch_size)
+        sides = []
+
+        def encode(texts):
+            # After the second side: the k-nearest-neighbour search and margin scoring.
+            stage(f"encoding {len(texts)} sentences")
+            vectors = encoder(texts)
+            sides.append(len(texts))
+            if len(sides) == 2:
+                stage(f"scoring candidate pairs ({args.margin} margin, k={args.k})")
+            return vectors
+
+        pairs, fitted = suite.mine_texts(encode, src, tgt, k=args.k, margin=args.margin,
+                                         src_lang=args.src_lang, tgt_lang=args.tgt_lang,
+                                         fit_pcr=args.pcr, pcr=pcr)
+        if fitted is not None and args.save_pcr:
+            fitted.save(args.save_pcr)
+        stage(f"writing {args.output}")
+        return write_pairs(args.output, pairs, src, tgt, args.threshold)
+    finally:
+        stage.done()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

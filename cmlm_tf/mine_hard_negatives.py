@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cmlm_tf import cli
+from cmlm_tf import cli, disk
 from cmlm_tf.evaluation import knn, readers
 
 
@@ -148,12 +148,19 @@ def run(args) -> Tuple[int, int]:
     if not written:
         raise ValueError(f"{args.pairs}: no pair kept {args.num_negatives} negatives after "
                          "the filters; widen --range_max or relax --margin / --max_score")
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
+    write_negatives(args.output, sources, targets, negatives)
+    return written, len(sources) - written
+
+
+def write_negatives(path: str, sources: Sequence[str], targets: Sequence[str],
+                    negatives: Sequence[Optional[List[str]]]) -> None:
+    """Writes `source<TAB>target<TAB>neg1…negk` for each pair with negatives (`mine`), under
+    a temporary name then renamed: a failed write (a full disk) leaves no partial file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with disk.atomic_output(path) as temp, open(temp, "w", encoding="utf-8") as f:
         for source, target, found in zip(sources, targets, negatives):
             if found is not None:
                 f.write(readers.tsv_line(source, target, *found))
-    return written, len(sources) - written
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

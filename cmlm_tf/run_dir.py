@@ -11,6 +11,7 @@ no debris from interrupted writes.
   skipped.
 - `remove_temp_checkpoints`: the `ckpt-N_temp` folders an interrupted checkpoint write
   leaves behind.
+- `write_params`: `params.yaml`, whole or not at all, with paths that survive a move.
 """
 
 import datetime
@@ -64,7 +65,7 @@ class RunLock:
                       timespec="seconds")}
         for _ in range(2):
             try:
-                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                self._create(record)
             except FileExistsError:
                 holder = self._holder()
                 if holder is not None and not self._stale(holder):
@@ -80,11 +81,42 @@ class RunLock:
                 except FileNotFoundError:
                     pass
                 continue
-            with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-                json.dump(record, f)
             self.held = True
             return self
         raise RunDirLocked(f"{self.path}: could not take the lock")
+
+    def _create(self, record: dict) -> None:
+        """Creates the lock file holding `record`, whole or not at all.
+
+        The record is written to a temporary file first and hard-linked to the lock's name
+        (FileExistsError when another process holds it), so a full disk or a kill never
+        leaves an empty lock. Where hard links are not supported, the lock is created
+        exclusively and removed again if writing the record fails.
+        """
+        from cmlm_tf import disk
+
+        temp = f"{self.path}.tmp-{os.getpid()}"
+        try:
+            with disk.reporting_disk_full(self.path):
+                with open(temp, "w", encoding="utf-8") as f:
+                    json.dump(record, f)
+                try:
+                    os.link(temp, self.path)
+                    return
+                except FileExistsError:
+                    raise
+                except OSError:
+                    pass  # no hard links here
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                try:
+                    with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+                        json.dump(record, f)
+                except BaseException:
+                    os.remove(self.path)
+                    raise
+        finally:
+            if os.path.exists(temp):
+                os.remove(temp)
 
     def _holder(self) -> Optional[dict]:
         try:
@@ -114,6 +146,35 @@ class RunLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+PARAMS_FILE = "params.yaml"
+
+
+def write_params(params, model_dir: str) -> str:
+    """Writes the run's config to `MODEL_DIR/params.yaml` and returns its path.
+
+    Files shipped with cmlm_tf are recorded as `cmlm_tf/...` (`configs.bundled_paths_as_given`)
+    and other paths as the user gave them, so the folder can move. The file is written under
+    a temporary name and renamed: a full disk (one error naming the file) leaves the previous
+    `params.yaml` as it was.
+    """
+    from absl import logging
+    from official.modeling import hyperparams
+
+    from cmlm_tf import configs, disk
+
+    recorded = params.replace()  # an unlocked copy
+    configs.bundled_paths_as_given(recorded)
+    path = os.path.join(model_dir, PARAMS_FILE)
+    logging.info("Saving the experiment configuration to %s", path)
+    if not is_local(path):
+        with disk.reporting_disk_full(path):
+            hyperparams.save_params_dict_to_yaml(recorded, path)
+        return path
+    with disk.atomic_output(path) as temp:
+        hyperparams.save_params_dict_to_yaml(recorded, temp)
+    return path
 
 
 def remove_temp_checkpoints(model_dir: str) -> List[str]:
@@ -171,15 +232,16 @@ def recover_latest_checkpoint(model_dir: str) -> Optional[str]:
     listed = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
     if state.model_checkpoint_path not in listed:
         listed.append(state.model_checkpoint_path)
-    listed = [p if os.path.isabs(p) else os.path.join(model_dir, p) for p in listed]
+    # `get_checkpoint_state` has already joined relative entries to `model_dir` (relative
+    # or absolute, as given): joining again would name files that do not exist.
+    listed = [os.path.normpath(p) for p in listed]
     # Checkpoints of the same name on disk count too (the state may have lost track).
     stem = os.path.basename(state.model_checkpoint_path).rsplit("-", 1)[0]
-    on_disk = [os.path.join(model_dir, name[:-len(".index")]) for name in os.listdir(model_dir)
+    on_disk = [os.path.normpath(os.path.join(model_dir, name[:-len(".index")]))
+               for name in os.listdir(model_dir)
                if name.startswith(stem + "-") and name.endswith(".index")
                and name[len(stem) + 1:-len(".index")].isdigit()]
-    listed = sorted(set(listed) | set(on_disk),
-                    key=lambda p: int(p.rsplit("-", 1)[-1]) if p.rsplit("-", 1)[-1].isdigit()
-                    else -1)
+    listed = sorted(set(listed) | set(on_disk), key=_step_and_path)
     skipped, missing = [], []
     while listed:
         prefix = listed[-1]
@@ -214,17 +276,27 @@ def recover_latest_checkpoint(model_dir: str) -> Optional[str]:
                      f"{CORRUPT_DIR}/); the next start trains from the beginning")
 
 
+def _step_and_path(prefix: str):
+    """Sort key of a checkpoint prefix: its step (-1 when it has none), then the path."""
+    step = prefix.rsplit("-", 1)[-1]
+    return (int(step) if step.isdigit() else -1, prefix)
+
+
 def _write_state(model_dir: str, kept: List[str], state) -> None:
     """Rewrites `MODEL_DIR/checkpoint` to list `kept` (oldest first), keeping their
-    timestamps, so `tf.train.CheckpointManager` resumes from and later prunes them."""
+    timestamps, so `tf.train.CheckpointManager` resumes from and later prunes them.
+    Entries are written relative to `MODEL_DIR`, so the folder can be moved."""
     from tensorflow.python.checkpoint import checkpoint_management
 
     stamps = dict(zip((os.path.basename(p) for p in state.all_model_checkpoint_paths),
                       state.all_model_checkpoint_timestamps))
-    names = [os.path.basename(p) for p in kept]
+    names = list(dict.fromkeys(os.path.basename(p) for p in kept))
+    # TensorFlow takes relative entries as relative to the working directory and rewrites
+    # them against a relative `save_dir`: hand it paths under `model_dir` as given.
+    paths = [os.path.join(model_dir, name) for name in names]
     checkpoint_management.update_checkpoint_state_internal(
-        save_dir=model_dir, model_checkpoint_path=names[-1],
-        all_model_checkpoint_paths=names, save_relative_paths=True,
+        save_dir=model_dir, model_checkpoint_path=paths[-1],
+        all_model_checkpoint_paths=paths, save_relative_paths=True,
         all_model_checkpoint_timestamps=[stamps[n] for n in names] if all(
             n in stamps for n in names) else None,
         last_preserved_timestamp=state.last_preserved_timestamp)

@@ -152,6 +152,12 @@ def test_main_job_log_is_quiet_and_once(tmp_path):
     # The wait for tf.data's threads after training is announced, not silent.
     assert "closing the training input pipeline" in result.stderr
     assert "closed the training input pipeline in" in result.stderr
+    # A heartbeat at the end of each loop, one plain line each.
+    assert "progress: step 10/20 (50%), " in result.stderr and "\r" not in result.stderr
+    assert "progress: step 20/20 (100%), " in result.stderr
+    # Orbit asks for the checkpoint more than once: the fresh start is logged once.
+    assert result.stderr.count("starting at step 0") == 1
+    assert "Customized initialization" not in result.stderr
 
 
 def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypatch):
@@ -196,3 +202,54 @@ def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsy
     monkeypatch.setenv("CMLM_TF_DEBUG", "1")  # the full traceback on request
     with pytest.raises(ValueError, match="input_path"):
         cli.run_main(mistake)
+
+
+def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
+    from cmlm_tf import cli, train
+
+    def error(override="", files=("cmlm_tiny",)):
+        with pytest.raises(ValueError) as raised:
+            train.build_params("cmlm_tf/cmlm", list(files), override)
+        return str(raised.value)
+
+    assert error("trainer.train_step=10") == \
+        "--params_override: unknown key trainer.train_step; did you mean trainer.train_steps?"
+    assert error("task.train_dat.input_path=x").endswith("did you mean task.train_data?")
+    assert error("task.model.encoder.hiden_size=8").endswith(
+        "did you mean task.model.encoder.hidden_size?")
+    # A key in the wrong place: the keys of that name elsewhere.
+    assert "did you mean task.train_data.seq_length or " in error("trainer.seq_length=8")
+    assert error("zzz=1").endswith("unknown key zzz; the keys at the top level are runtime, "
+                                   "task, trainer")
+    recipe = tmp_path / "typo.yaml"
+    recipe.write_text("trainer:\n  optimizer_config:\n    warmup:\n      linear:\n"
+                      "        warmup_step: 3\n")
+    assert error(files=["cmlm_tiny", str(recipe)]) == (
+        f"{recipe}: unknown key trainer.optimizer_config.warmup.linear.warmup_step; did you "
+        "mean trainer.optimizer_config.warmup.linear.warmup_steps?")
+    # Through the command line's error path: one line, exit code 2.
+    assert cli.run_main(lambda: train.build_params(
+        "cmlm_tf/cmlm", ["cmlm_tiny"], "trainer.train_step=10")) == 2
+    assert capsys.readouterr().err == ("error: --params_override: unknown key "
+                                       "trainer.train_step; did you mean trainer.train_steps?\n")
+
+
+@pytest.mark.parametrize("override,start_step,fix", [
+    # The short experiment: the warm-up (100) lasts the whole decay (100 steps).
+    ("trainer.train_steps=100", 0, "trainer.optimizer_config.warmup.linear.warmup_steps=10"),
+    # A finished run continued past its explicit decay.
+    ("trainer.train_steps=30,trainer.optimizer_config.warmup.linear.warmup_steps=2,"
+     "trainer.optimizer_config.learning_rate.polynomial.decay_steps=20", 20,
+     "trainer.optimizer_config.learning_rate.polynomial.decay_steps=0"),
+])
+def test_zero_learning_rate_guard_ends_with_the_override_that_fixes_it(override, start_step,
+                                                                        fix):
+    from cmlm_tf import train
+
+    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], override)
+    with pytest.raises(ValueError, match="learning rate is 0") as raised:
+        train.check_learning_rate(params, start_step)
+    assert str(raised.value).endswith(f": --params_override={fix}"), raised.value
+    # Pasting it (after the other overrides) lets the run train.
+    fixed = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], f"{override},{fix}")
+    train.check_learning_rate(fixed, start_step)

@@ -130,6 +130,16 @@ def test_similarity_of_texts_and_vectors(tiny_model):
     assert tiny_model.similarity("the dog", "the dog").round(5).tolist() == [[1.0]]
 
 
+def test_similarity_of_empty_inputs_has_an_empty_side(tiny_model):
+    vectors = tiny_model.encode(["the dog", "a cat"])
+    for a, b, shape in (([], [], (0, 0)), (["x"], [], (1, 0)), ([], ["x", "y"], (0, 2)),
+                        (vectors, (), (2, 0)), (np.zeros([0, 32]), vectors, (0, 2))):
+        scores = tiny_model.similarity(a, b)
+        assert scores.shape == shape and scores.dtype == np.float32, (a, b)
+    with pytest.raises(ValueError, match="a has vectors of dim 32 and b of dim 3"):
+        tiny_model.similarity(vectors, np.ones([2, 3]))
+
+
 @pytest.mark.parametrize("bad", [{"a": 1}, {"a", "b"}, frozenset(["a"])])
 def test_unordered_inputs_are_rejected(tiny_model, bad):
     with pytest.raises(TypeError, match="no order"):

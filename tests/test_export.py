@@ -208,3 +208,16 @@ def test_export_errors_name_the_bad_path(tmp_path, tiny_run_dir):
     with pytest.raises(ValueError, match="seq_length"):
         export_lib.export(str(tmp_path / "e"), model_dir=str(tiny_run_dir), seq_length=1000)
     assert not (tmp_path / "e").exists()
+
+
+def test_unknown_encoder_key_names_the_items_the_checkpoint_has(tmp_path, tiny_run_dir,
+                                                                 capsys):
+    from cmlm_tf.export import cli as export_cli
+
+    rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir",
+                          str(tmp_path / "out"), "--encoder_key", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"{tiny_run_dir / 'ckpt-1'}: the checkpoint has no item 'nope'" in err
+    assert "(its items: encoder)" in err and "does not fit" not in err
+    assert not list(tmp_path.iterdir())

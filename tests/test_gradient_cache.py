@@ -62,12 +62,13 @@ _SCRIPT = textwrap.dedent("""
                 "source_id": rows(inputs["source_id"], 1),
                 "target_id": rows(inputs["target_id"], 1)}
 
-    def sgd_update(task, model, strategy, replicas):
+    def sgd_update(task, model, strategy, replicas, jit_compile):
         # SGD with learning rate 1: the weights move by minus the (summed) gradient.
         with strategy.scope():
             optimizer = tf_keras.optimizers.SGD(learning_rate=1.0)
         before = [v.numpy() for v in model.trainable_variables]
-        step = tf.function(lambda x: task.train_step(x, model, optimizer))
+        step = tf.function(lambda x: task.train_step(x, model, optimizer),
+                           jit_compile=jit_compile)
         if replicas == 1:
             loss = float(step(tf.nest.map_structure(tf.constant, inputs))["loss"])
         else:
@@ -86,22 +87,34 @@ _SCRIPT = textwrap.dedent("""
     initial = model.get_weights()
     seeded_dropout.make_replayable(model)
     batch = tf.nest.map_structure(tf.constant, inputs)
-    with tf.GradientTape() as tape:
-        parts = []
-        for c in range(BATCH // CHUNK):
-            with seeded_dropout.dropout_seed(tf.constant([0, c], tf.int64)):
-                parts.append(model(dual_encoder.chunk_of_pairs(batch, tf.constant(c), CHUNK),
-                                   training=True))
-        outputs = {k: tf.concat([p[k] for p in parts], 0) for k in parts[0]}
-        reference_loss = task.compute_losses(batch, outputs)["loss"]
-    reference = [tf.convert_to_tensor(g).numpy()
-                 for g in tape.gradient(reference_loss, model.trainable_variables)]
 
-    results = {"reference_loss": float(reference_loss), "runs": {}}
-    runs = [("cached_1", CHUNK, 1), ("cached_2", CHUNK, 2)]
+    def one_tape(batch):
+        with tf.GradientTape() as tape:
+            parts = []
+            for c in range(BATCH // CHUNK):
+                with seeded_dropout.dropout_seed(tf.constant([0, c], tf.int64)):
+                    parts.append(model(
+                        dual_encoder.chunk_of_pairs(batch, tf.constant(c), CHUNK),
+                        training=True))
+            outputs = {k: tf.concat([p[k] for p in parts], 0) for k in parts[0]}
+            loss = task.compute_losses(batch, outputs)["loss"]
+        return loss, [tf.convert_to_tensor(g)
+                      for g in tape.gradient(loss, model.trainable_variables)]
+
+    # Compiled steps are compared with the compiled reference: XLA draws other dropout
+    # masks from the same seeds than plain TensorFlow does.
+    references = {}
+    for jit_compile in (False, True):
+        loss, grads = tf.function(one_tape, jit_compile=jit_compile)(batch)
+        references[jit_compile] = float(loss), [g.numpy() for g in grads]
+
+    results = {"reference_loss": references[False][0], "runs": {}}
+    # XLA (the TPU path) on one device only: collectives inside `jit_compile` fail on CPU.
+    runs = [("cached_1", CHUNK, 1, False), ("cached_2", CHUNK, 2, False),
+            ("cached_1_xla", CHUNK, 1, True)]
     if DROPOUT == 0:
-        runs.append(("uncached_1", 0, 1))
-    for name, mini_batch_size, replicas in runs:
+        runs.append(("uncached_1", 0, 1, False))
+    for name, mini_batch_size, replicas, jit_compile in runs:
         strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
                     else tf.distribute.get_strategy())
         task = make_task(mini_batch_size)
@@ -109,10 +122,12 @@ _SCRIPT = textwrap.dedent("""
             model = task.build_model()
             model(tf.nest.map_structure(tf.constant, replica_share(0, replicas)))
             model.set_weights(initial)
-        loss, update = sgd_update(task, model, strategy, replicas)
+        loss, update = sgd_update(task, model, strategy, replicas, jit_compile)
+        expected, reference = references[jit_compile]
         diffs = [float(np.max(np.abs(u - g))) for u, g in zip(update, reference)]
         scale = max(float(np.max(np.abs(g))) for g in reference)
-        results["runs"][name] = {"loss": loss, "max_diff": max(diffs), "grad_scale": scale}
+        results["runs"][name] = {"loss": loss, "expected": expected, "max_diff": max(diffs),
+                                 "grad_scale": scale}
     print(json.dumps(results))
 """)
 
@@ -120,22 +135,27 @@ _SCRIPT = textwrap.dedent("""
 def _run(tmp_path, dropout):
     script = tmp_path / "gradient_cache.py"
     script.write_text(_SCRIPT, encoding="utf-8")
+    # The cheapest XLA CPU backend: a tiny step compiles in seconds instead of tens of them.
+    env = dict(subprocess_env(), XLA_FLAGS="--xla_backend_optimization_level=0 "
+                                           "--xla_llvm_disable_expensive_passes=true")
     result = subprocess.run([sys.executable, str(script), str(dropout)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=subprocess_env(), timeout=600)
+                            capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_cached_step_equals_the_uncached_one(tmp_path, dropout):
-    """On one device and on two replicas (dropout on: the same masks in both passes), the
-    cached step's loss and weight update equal one tape over the whole batch."""
+    """On one device, on two replicas and XLA-compiled on one device (dropout on: the same
+    masks in both passes), the cached step's loss and weight update equal one tape over the
+    whole batch (compiled alike)."""
     values = _run(tmp_path, dropout)
-    expected = values["reference_loss"]
     for name, run in values["runs"].items():
-        assert abs(run["loss"] - expected) <= 1e-5 * abs(expected), (name, run, expected)
+        expected = run["expected"]
+        assert abs(run["loss"] - expected) <= 1e-5 * abs(expected), (name, run)
         assert run["max_diff"] <= 1e-5 * run["grad_scale"] + 1e-7, (name, run)
         assert run["grad_scale"] > 1e-4  # the step moved the weights
+    assert "cached_1_xla" in values["runs"]
 
 
 def test_mini_batch_size_is_a_config_field():

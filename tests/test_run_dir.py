@@ -3,6 +3,7 @@ corrupt checkpoints and SavedModels, debris of interrupted writes."""
 
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -26,9 +27,9 @@ def _command(model_dir, steps, interval=10):
                     "trainer.max_to_keep=10"]
 
 
-def _run(command):
+def _run(command, cwd=REPO_DIR):
     return subprocess.run(command, capture_output=True, text=True, env=cli_env(),
-                          cwd=REPO_DIR, timeout=600)
+                          cwd=cwd, timeout=600)
 
 
 def _wait_for(predicate, process, seconds=240):
@@ -45,6 +46,113 @@ def _wait_for(predicate, process, seconds=240):
 def _checkpoints(model_dir):
     return sorted(int(name[5:-6]) for name in os.listdir(model_dir)
                   if name.startswith("ckpt-") and name.endswith(".index"))
+
+
+def _save_checkpoints(model_dir, steps):
+    """A bare `tf.train.CheckpointManager` saving one variable at each of `steps`."""
+    import tensorflow as tf
+
+    value = tf.Variable(0.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(value=value), str(model_dir),
+                                         max_to_keep=5)
+    for step in steps:
+        value.assign(float(step))
+        manager.save(checkpoint_number=step)
+
+
+def _state(model_dir):
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    return state.model_checkpoint_path, list(state.all_model_checkpoint_paths)
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+def test_recover_keeps_the_state_of_an_intact_run(tmp_path, monkeypatch, relative):
+    monkeypatch.chdir(tmp_path)
+    model_dir = "runs/x" if relative else str(tmp_path / "runs" / "x")
+    _save_checkpoints(model_dir, [800, 1200])
+    before = (tmp_path / "runs" / "x" / "checkpoint").read_text()
+    prefix = run_dir.recover_latest_checkpoint(model_dir)
+    assert os.path.normpath(prefix) == os.path.join(model_dir, "ckpt-1200")
+    assert os.path.exists(prefix + ".index")
+    assert (tmp_path / "runs" / "x" / "checkpoint").read_text() == before
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+def test_recover_after_a_missing_checkpoint_writes_a_state_that_resolves(
+        tmp_path, monkeypatch, relative):
+    import tensorflow as tf
+
+    monkeypatch.chdir(tmp_path)
+    model_dir = "runs/x" if relative else str(tmp_path / "runs" / "x")
+    _save_checkpoints(model_dir, [400, 800, 1200])
+    for path in (tmp_path / "runs" / "x").glob("ckpt-1200.*"):
+        path.unlink()  # the state names ckpt-1200; its files are gone
+    prefix = run_dir.recover_latest_checkpoint(model_dir)
+    assert os.path.normpath(prefix) == os.path.join(model_dir, "ckpt-800")
+    text = (tmp_path / "runs" / "x" / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "ckpt-800"' in text and ".." not in text, text
+    latest, listed = _state(model_dir)
+    assert os.path.normpath(latest) == os.path.join(model_dir, "ckpt-800")
+    assert [os.path.basename(p) for p in listed] == ["ckpt-400", "ckpt-800"]
+    assert tf.train.latest_checkpoint(model_dir) is not None
+    # A second look finds nothing to repair, from another directory too.
+    assert os.path.normpath(run_dir.recover_latest_checkpoint(model_dir)) == \
+        os.path.join(model_dir, "ckpt-800")
+    monkeypatch.chdir(tmp_path / "runs")
+    assert os.path.normpath(run_dir.recover_latest_checkpoint("x")) == \
+        os.path.join("x", "ckpt-800")
+    assert (tmp_path / "runs" / "x" / "checkpoint").read_text() == text
+
+
+def _readme_main_job():
+    """The README's main job (train, export, similarity) as argument lists."""
+    import shlex
+
+    line = next(line for line in (REPO_DIR / "README.md").read_text().splitlines()
+                if "python -m cmlm_tf.train --experiment=cmlm_tf/cmlm" in line)
+    steps = [shlex.split(part) for part in line.split(" && ")
+             if part.strip().startswith("python -m cmlm_tf.")]
+    assert [step[2] for step in steps] == ["cmlm_tf.train", "cmlm_tf.export",
+                                           "cmlm_tf.similarity"], steps
+    return [[sys.executable] + step[1:] for step in steps]
+
+
+def test_readme_main_job_twice_resumes_with_its_relative_paths(tmp_path):
+    """Rerunning the README's command resumes; its relative --model_dir stays readable."""
+    train, export, _ = _readme_main_job()
+    assert "--model_dir=runs/cmlm_tiny" in train and "--export_dir=exports/cmlm_tiny" in export
+    train = train + [f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20"]
+    # The hash seed is fixed: the order of same-step paths in a set once decided whether a
+    # rerun failed, and this seed is one under which it did.
+    env = dict(cli_env(), PYTHONHASHSEED="2")
+
+    def run(command, cwd):
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd,
+                              timeout=600)
+
+    first_home, home = tmp_path / "clone", tmp_path / "moved_clone"
+    first_home.mkdir()
+    for step in (train, export):
+        result = run(step, first_home)
+        assert result.returncode == 0, result.stderr[-3000:]
+    first_home.rename(home)  # the whole checkout, run folder included, moved elsewhere
+    run_folder = home / "runs" / "cmlm_tiny"
+    params = (run_folder / "params.yaml").read_text()
+    assert str(tmp_path) not in params and str(REPO_DIR) not in params, params
+    assert "vocab_file: cmlm_tf/data/corpus/vocab.txt" in params
+    again = run(train, home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "restored step 20 from ckpt-20" in again.stderr
+    assert "finished: step 20" in again.stderr and "latest checkpoint ckpt-20" in again.stderr
+    assert "skipped missing" not in again.stderr
+    state = (run_folder / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "ckpt-20"' in state and ".." not in state, state
+    result = run(export, home)  # over the first export (--overwrite)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metadata = (home / "exports" / "cmlm_tiny" / "cmlm_tf_export.json").read_text()
+    assert '"ckpt-20"' in metadata, metadata
 
 
 def test_second_trainer_on_a_model_dir_refuses(tmp_path):
@@ -69,9 +177,13 @@ def test_second_trainer_on_a_model_dir_refuses(tmp_path):
     assert not (model_dir / run_dir.LOCK_FILE).exists()  # released at exit
 
 
-def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, monkeypatch, relative):
+    monkeypatch.chdir(tmp_path)
     model_dir = tmp_path / "run"
     model_dir.mkdir()
+    if relative:
+        model_dir = pathlib.Path("run")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     import socket
@@ -86,10 +198,12 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 
 def test_killed_run_with_a_corrupt_checkpoint_resumes_from_the_newest_intact_one(tmp_path):
+    # A relative --model_dir, as the README's: the repaired checkpoint state must resolve.
+    # (Absolute folders: the `recover_latest_checkpoint` tests above and the rest of the suite.)
+    command = _command("run", 200, interval=10)
     model_dir = tmp_path / "run"
-    command = _command(model_dir, 200, interval=10)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=cli_env(), cwd=REPO_DIR)
+                               text=True, env=cli_env(), cwd=tmp_path)
     try:
         assert _wait_for(lambda: model_dir.exists() and len(_checkpoints(model_dir)) >= 3,
                          process)
@@ -102,16 +216,20 @@ def test_killed_run_with_a_corrupt_checkpoint_resumes_from_the_newest_intact_one
     with open(data, "r+b") as f:
         f.truncate(os.path.getsize(data) // 2)
     (model_dir / f"ckpt-{newest + 10}_temp").mkdir()  # a write the kill interrupted
-    rerun = _run(command)
+    rerun = _run(command, cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"ckpt-{newest} is unreadable" in rerun.stderr
     assert f"restored step {intact} from ckpt-{intact}" in rerun.stderr
     assert _checkpoints(model_dir)[-1] == 200
     assert (model_dir / "corrupt" / data.name).exists()  # set aside, never deleted
     assert not (model_dir / f"ckpt-{newest + 10}_temp").exists()
+    state = (model_dir / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "ckpt-200"' in state and ".." not in state, state
 
 
-def test_export_of_a_corrupt_checkpoint_names_the_file(tmp_path, tiny_run_dir):
+@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+def test_export_of_a_corrupt_checkpoint_names_the_file(tmp_path, tiny_run_dir, monkeypatch,
+                                                       relative):
     from cmlm_tf.export import cli
 
     run = tmp_path / "run"
@@ -119,14 +237,16 @@ def test_export_of_a_corrupt_checkpoint_names_the_file(tmp_path, tiny_run_dir):
     data = next(run.glob("ckpt-*.data-*"))
     with open(data, "r+b") as f:
         f.truncate(64)
-    result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", f"--model_dir={run}",
-                             f"--export_dir={tmp_path / 'out'}"], capture_output=True,
-                            text=True, env=cli_env(), cwd=REPO_DIR, timeout=300)
+    monkeypatch.chdir(tmp_path)
+    model_dir, export_dir = ("run", "out") if relative else (str(run), str(tmp_path / "out"))
+    result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", f"--model_dir={model_dir}",
+                             f"--export_dir={export_dir}"], capture_output=True,
+                            text=True, env=cli_env(), cwd=tmp_path, timeout=300)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, lines
     assert data.name.split(".data")[0] in lines[0] and "cannot be read" in lines[0]
     assert not (tmp_path / "out").exists()
-    assert cli.main(["--model_dir", str(run), "--export_dir", str(tmp_path / "out")]) == 2
+    assert cli.main(["--model_dir", model_dir, "--export_dir", export_dir]) == 2
 
 
 def test_interrupted_export_folders_are_removed_by_the_next_export(tmp_path, tiny_run_dir):

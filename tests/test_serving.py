@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -169,14 +170,60 @@ def test_keras3_tfsmlayer_in_a_fresh_process(tiny_export, tmp_path):
                                cmlm_tf.load(str(tiny_export)).encode(SENTENCES), atol=2e-5)
 
 
+def test_hub_keras_layer_maps_text_to_vectors(tiny_export):
+    """serving/1's root call: one `hub.KerasLayer`, strings in, normalised vectors out."""
+    import tensorflow_hub as hub
+    import tf_keras
+
+    layer = hub.KerasLayer(str(tiny_export / "serving" / "1"))
+    text = tf_keras.Input(shape=(), dtype=tf.string)
+    model = tf_keras.Model(text, layer(text))
+    assert model.output_shape == (None, 32)
+    vectors = model(tf.constant(SENTENCES)).numpy()
+    np.testing.assert_allclose(vectors, cmlm_tf.load(str(tiny_export)).encode(SENTENCES),
+                               atol=2e-5)
+
+
 @pytest.fixture(scope="module")
 def tiny_tflite_export(tmp_path_factory, tiny_run_dir):
-    from cmlm_tf.export import cli
+    """The export command with `--tflite`, run as a user runs it (its stderr is in
+    `export.stderr` beside the export)."""
+    from conftest import cli_env
 
     export_dir = tmp_path_factory.mktemp("tflite") / "tiny"
-    assert cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
-                     "--tflite"]) == 0
+    result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", "--model_dir",
+                             str(tiny_run_dir), "--export_dir", str(export_dir), "--tflite"],
+                            capture_output=True, text=True, env=cli_env(), timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (export_dir.parent / "export.stderr").write_text(result.stderr, encoding="utf-8")
     return export_dir
+
+
+def test_tflite_export_is_quiet(tiny_tflite_export):
+    """No C++ INFO or WARNING line from the TFLite converter reaches the user's terminal."""
+    stderr = (tiny_tflite_export.parent / "export.stderr").read_text(encoding="utf-8")
+    # absl's `W0000 00:00:...`, TensorFlow's `2026-11-25 21:46:12.260032: W ...`.
+    log_line = re.compile(r"^(?:[IW]\d{4} \d\d:\d\d:|\d{4}-\d\d-\d\d [\d:.]+: [IW] |"
+                          r"WARNING: All log messages)")
+    assert not [line for line in stderr.splitlines() if log_line.match(line)], stderr
+    assert stderr.count("Customized initialization") <= 1, stderr
+
+
+def test_cpp_log_filter_follows_the_log_level(capfd):
+    """Lines written to file descriptor 2 during the conversion: C++ log lines below the
+    level go; everything else stays, in order."""
+    from cmlm_tf.export import tflite
+
+    lines = ["W0000 00:00:1795644329.903746   15949 helpers.cc:364] Ignored output_format.",
+             "I0000 00:00:1795644329.998592   15949 pass.cc:437] MLIR V1 pass",
+             "2026-11-25 21:46:12.260032: I tensorflow/core/cpu_feature_guard.cc:210] CPU",
+             "export: converting to TFLite (10 s so far)",
+             "E0000 00:00:1795644329.998592   15949 pass.cc:1] a real error"]
+    for level, kept in ((2, [3, 4]), (3, [3]), (1, [0, 3, 4]), (0, [0, 1, 2, 3, 4])):
+        with tflite._filtered_cpp_logs(level):
+            for line in lines:
+                os.write(2, (line + "\n").encode())
+        assert capfd.readouterr().err.splitlines() == [lines[i] for i in kept], level
 
 
 def test_tflite_text_and_token_ids(tiny_tflite_export):
@@ -202,6 +249,25 @@ def test_tflite_text_and_token_ids(tiny_tflite_export):
         for vectors in (text, ids):
             assert vectors.shape == reference.shape
             assert (vectors * reference).sum(axis=1).min() >= tolerance, quantization
+        np.testing.assert_array_equal(tflite.embed(interpreter, sentences=SENTENCES), text)
+        np.testing.assert_array_equal(tflite.embed(interpreter, "from_token_ids", **tokens), ids)
+    # An empty batch, which the interpreter's kernels refuse (unpack.cc: NumElements > 0).
+    empty_ids = {key: np.zeros([0, 4], np.int32) for key in tokens}
+    for signature, inputs in (("serving_default", {"sentences": []}),
+                              ("from_token_ids", empty_ids)):
+        vectors = tflite.embed(interpreter, signature, **inputs)
+        assert vectors.shape == (0, 32) and vectors.dtype == np.float32
+    for inputs, message in (({"sentences": "a dog"}, "got one string"),
+                            ({"sentences": [["a", "b"]]}, r"\[batch\], got \[1, 2\]"),
+                            ({"text": ["a"]}, r"takes the inputs \['sentences'\]")):
+        with pytest.raises(ValueError, match=message):
+            tflite.embed(interpreter, **inputs)
+    with pytest.raises(ValueError, match="one shape"):
+        tflite.embed(interpreter, "from_token_ids",
+                     **{**tokens, "input_mask": tokens["input_mask"][:, :2]})
+    with pytest.raises(ValueError, match="input_word_ids must be integers"):
+        tflite.embed(interpreter, "from_token_ids",
+                     **{**tokens, "input_word_ids": tokens["input_word_ids"][0]})
     assert "tflite/model_int8.tflite" in (tiny_tflite_export / "README.md").read_text()
 
 

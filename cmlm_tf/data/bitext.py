@@ -203,7 +203,9 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
     def to_dict(ok, fields):
         pair = {"source": tf.strings.strip(fields[0]), "target": tf.strings.strip(fields[1])}
         if num_hard_negatives:
-            pair["hard_negatives"] = tf.strings.strip(fields[2:])
+            # Static [k] (the lines were checked to hold exactly k): batches of static shape.
+            pair["hard_negatives"] = tf.ensure_shape(tf.strings.strip(fields[2:]),
+                                                     [num_hard_negatives])
         return pair
 
     dataset = dataset.map(to_dict)

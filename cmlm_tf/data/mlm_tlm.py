@@ -30,6 +30,8 @@ class MLMTLMDataConfig(configs.TextDataConfig):
     """`input_path`: monolingual text for MLM; the pairs for TLM come from `task.bitext_data`.
 
     `tlm_fraction`: probability that an example is a TLM pair (0: MLM only, 1: TLM only).
+    `bitext_input_path`: pairs for this split's TLM examples instead of
+    `task.bitext_data.input_path` (validation on held-out pairs); empty: the task's.
     Per sequence, min(`max_predictions_per_seq`, round(`mask_ratio` · tokens)) tokens are
     predicted (LaBSE: 20 %, at most 80).
     """
@@ -39,6 +41,7 @@ class MLMTLMDataConfig(configs.TextDataConfig):
     mask_ratio: float = 0.2
     tlm_fraction: float = 0.5
     shuffle_buffer_size: int = 10000
+    bitext_input_path: str = ""
 
 
 def text_lines(files: Sequence[str], input_context=None, is_training: bool = True,
@@ -121,12 +124,18 @@ def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
                            shuffle_buffer_size=data_config.shuffle_buffer_size,
                            seed=data_config.seed)
     if fraction > 0:
-        stats = bitext.bitext_files(bitext_config, "task.bitext_data")
+        bitext_field = "task.bitext_data"
+        if data_config.bitext_input_path:
+            # A missing file is reported under the field the user set.
+            list_files(data_config.bitext_input_path, field=f"{field}.bitext_input_path")
+            bitext_config = bitext_config.replace(input_path=data_config.bitext_input_path)
+            bitext_field = f"{field}.bitext"
+        stats = bitext.bitext_files(bitext_config, bitext_field)
         pairs = bitext.read_bitext(stats.files, stats.file_type, input_context=input_context,
                                    is_training=is_training,
                                    shuffle_buffer_size=bitext_config.shuffle_buffer_size,
                                    seed=data_config.seed,
-                                   field="task.bitext_data.input_path")
+                                   field=f"{bitext_field}.input_path")
     examples = mixed_examples(lines, pairs, fraction, seed=data_config.seed)
     featurizer = MLMTLMFeaturizer(tokenizer_config, data_config.seq_length,
                                   data_config.max_predictions_per_seq, data_config.mask_ratio,

@@ -57,14 +57,17 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
     Args:
         examples: the reader's dataset of (unbatched) string examples.
         data_config: a Model Garden `DataConfig`: `global_batch_size` (> 0, split across
-            replicas by `input_context`), `drop_remainder` (always on in training, so every
-            replica sees one static batch size), `is_training` and `seed`.
+            replicas by `input_context`), `drop_remainder` (always on in training; in
+            evaluation, off pads the last batch with rows of weight 0, `weigh_rows`, so
+            every batch has one static size and every example counts once), `is_training`
+            and `seed`.
         featurize: batch -> dict of tensors; with `with_batch_index`, (batch, index) where
             index is the int64 position of the batch in the stream (for per-batch seeds).
         field: where `data_config` sits in the experiment, for error messages.
 
     Raises:
-        ValueError: `global_batch_size` is not positive.
+        ValueError: `global_batch_size` is not positive, or the last batch is to be padded
+            for an objective without per-row weights.
     """
     batch_size = data_config.global_batch_size
     if batch_size <= 0:
@@ -77,14 +80,60 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
         logging.info("%s: resuming the input after %d batches (%d examples skipped)", field,
                      skip, skip * batch_size)
         examples = examples.skip(skip * batch_size)
-    batches = examples.batch(batch_size,
-                             drop_remainder=data_config.drop_remainder or is_training)
+    pad = not (data_config.drop_remainder or is_training)
+    if pad:
+        examples = pad_to_full_batches(examples, batch_size)
+    # Every batch has `batch_size` rows, a static shape: TPUs (and XLA) need one.
+    batches = examples.batch(batch_size, drop_remainder=True)
     deterministic = is_deterministic(data_config.seed, is_training)
+
+    def featurize_batch(batch, index):
+        if pad:
+            batch, weights = batch
+        if with_batch_index:
+            features = featurize(batch, index)
+        else:
+            # As `Dataset.map` calls it: a tuple element as separate arguments.
+            features = featurize(*batch) if isinstance(batch, tuple) else featurize(batch)
+        return weigh_rows(features, weights, field) if pad else features
+
     if with_batch_index:
         batches = batches.enumerate(start=skip).map(
-            lambda index, batch: featurize(batch, index), num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=deterministic)
+            lambda index, batch: featurize_batch(batch, index),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     else:
-        batches = batches.map(featurize, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=deterministic)
+        batches = batches.map(
+            lambda *batch: featurize_batch(batch[0] if len(batch) == 1 else batch, None),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def pad_to_full_batches(examples: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
+    """(example, weight) pairs: every example with weight 1.0, then copies of the first one
+    with weight 0.0 that fill the last batch of `batch_size` (none when it is full).
+
+    Batched with `drop_remainder=True`, this keeps every example and gives every batch the
+    same static size; an empty dataset stays empty.
+    """
+    ones = tf.data.Dataset.from_tensors(tf.constant(1.0)).repeat()
+    zeros = tf.data.Dataset.from_tensors(tf.constant(0.0)).repeat()
+    # batch_size - 1 fillers complete any partial batch; what is left over is dropped.
+    fillers = examples.take(1).repeat(batch_size - 1)
+    return tf.data.Dataset.zip((examples, ones)).concatenate(
+        tf.data.Dataset.zip((fillers, zeros)))
+
+
+def weigh_rows(features: dict, weights: tf.Tensor, field: str) -> dict:
+    """`features` with `example_weight` (float32 [batch], 0.0 for the filler rows of
+    `pad_to_full_batches`) and with `masked_lm_weights` [batch, P] times it, so the masked-LM
+    losses and accuracies, which average over those weights, leave the fillers out.
+
+    Raises:
+        ValueError: the features have no per-row weights the objective reads.
+    """
+    if "masked_lm_weights" not in features:
+        raise ValueError(f"{field}.drop_remainder: false pads the last batch with rows of "
+                         "weight 0, which this objective's losses do not read; set "
+                         f"{field}.drop_remainder: true")
+    return dict(features, example_weight=weights,
+                masked_lm_weights=features["masked_lm_weights"] * weights[:, None])

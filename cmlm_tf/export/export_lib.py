@@ -15,16 +15,19 @@ The export never knows which objective trained the encoder: it reads `task.model
 checkpoint item `encoder` (or `encoder_key`).
 """
 
+import contextlib
 import dataclasses
 import datetime
+import errno
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
+from cmlm_tf import disk
 from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE
 
 DEFAULT_SEQ_LENGTH = 128
@@ -95,6 +98,7 @@ def _model_config_from(params: dict, path: str):
                         is_strict=True)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: {str(e).splitlines()[0]}") from None
+    configs.resolve_bundled_paths(config)  # `cmlm_tf/...` names the installed package's files
     configs.validate_model_config(config)
     return config
 
@@ -154,18 +158,118 @@ def _base_name(path: str) -> str:
     return os.path.basename(os.path.normpath(path)) if path else ""
 
 
+def _checkpoint_files(prefix: str) -> list:
+    """The index and data files of the checkpoint at `prefix`, sorted (none: [])."""
+    import tensorflow as tf
+
+    from cmlm_tf import run_dir
+
+    if run_dir.is_local(prefix):
+        try:
+            return run_dir._checkpoint_files(os.path.abspath(prefix))
+        except FileNotFoundError:
+            return []
+    return sorted(tf.io.gfile.glob(prefix + ".index") + tf.io.gfile.glob(prefix + ".data-*"))
+
+
 def checkpoint_sha256(prefix: str) -> str:
-    """SHA-256 over a checkpoint's index and data files, in name order."""
-    import glob
+    """SHA-256 over a checkpoint's index and data files, in name order.
+
+    Raises FileNotFoundError when the checkpoint has no files: the hash of nothing would
+    name no checkpoint.
+    """
     import hashlib
 
+    import tensorflow as tf
+
+    files = _checkpoint_files(prefix)
+    if not files:
+        raise FileNotFoundError(f"{prefix}: no checkpoint files to hash ({prefix}.index, "
+                                f"{prefix}.data-*)")
     digest = hashlib.sha256()
-    for path in sorted(glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*")):
+    for path in files:
         digest.update(os.path.basename(path).encode("utf-8"))
-        with open(path, "rb") as f:
+        with tf.io.gfile.GFile(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def snapshot_checkpoint(prefix: str, folder: str) -> str:
+    """Hard links (or, across filesystems, copies) the checkpoint's files into `folder` and
+    returns the snapshot's prefix: a trainer that prunes `prefix` meanwhile cannot take the
+    files the export reads and hashes.
+
+    Raises FileNotFoundError when the index or a data shard is gone (pruned).
+    """
+    import tensorflow as tf
+
+    if "://" not in prefix:
+        prefix = os.path.abspath(prefix)
+    files = _checkpoint_files(prefix)
+    shards = [path for path in files if ".data-" in os.path.basename(path)]
+    # Data files are named `<prefix>.data-00000-of-00002`: every shard must be there.
+    expected = {int(path.rsplit("-of-", 1)[-1]) for path in shards if "-of-" in path}
+    if prefix + ".index" not in files or not shards or (expected
+                                                          and expected != {len(shards)}):
+        raise FileNotFoundError(f"{prefix}: the checkpoint's files are gone or incomplete")
+    tf.io.gfile.makedirs(folder)
+    for path in files:
+        target = os.path.join(folder, os.path.basename(path))
+        try:
+            os.link(path, target)
+        except OSError as error:
+            if error.errno == errno.ENOENT:
+                raise FileNotFoundError(f"{path}: removed while the export read it") from None
+            with disk.reporting_disk_full(target):  # another filesystem (or a bucket)
+                try:
+                    tf.io.gfile.copy(path, target, overwrite=True)
+                except tf.errors.NotFoundError:
+                    raise FileNotFoundError(
+                        f"{path}: removed while the export read it") from None
+    return os.path.join(folder, os.path.basename(prefix))
+
+
+def _snapshot_source(source: ExportSource, folder: str, again) -> Tuple[ExportSource, str]:
+    """`source` with its checkpoint snapshotted into `folder`, and the checkpoint's own
+    prefix; when the checkpoint was pruned first, the latest is resolved (`again()`) and
+    snapshotted once more, else one error."""
+    for attempt in range(2):
+        try:
+            original = source.checkpoint
+            source.checkpoint = snapshot_checkpoint(original, folder)
+            return source, original
+        except FileNotFoundError:
+            shutil.rmtree(folder, ignore_errors=True)
+            if attempt or again is None:
+                raise ValueError(
+                    f"{source.checkpoint}: the checkpoint's files were removed while the export "
+                    "read them (a trainer pruning old checkpoints?); export again, or pass "
+                    "--checkpoint naming one the trainer keeps") from None
+            source = again()
+    raise AssertionError("unreachable")
+
+
+def check_export_dir(export_dir: str, **sources: Optional[str]) -> None:
+    """Refuses an export folder that is, holds or sits inside a source folder (`--model_dir`,
+    `--hf_dir`, the `--checkpoint`'s folder): `--overwrite` would replace it."""
+    target = os.path.realpath(export_dir)
+    for flag, path in sources.items():
+        if not path or "://" in path:
+            continue
+        if flag == "checkpoint" and not os.path.isdir(path):
+            path = os.path.dirname(path) or "."  # a prefix: its folder
+        source = os.path.realpath(path)
+        if target == source:
+            relation = "is"
+        elif target.startswith(os.path.join(source, "")):
+            relation = "is inside"
+        elif source.startswith(os.path.join(target, "")):
+            relation = "holds"
+        else:
+            continue
+        raise ValueError(f"--export_dir {export_dir} {relation} the --{flag} folder {path}; "
+                         "the export would replace it: write the export to a folder of its own")
 
 
 def _build_core_encoder(encoder):
@@ -286,6 +390,7 @@ preprocessor = hub.KerasLayer("preprocessor")
 encoder = hub.KerasLayer("encoder", trainable=True)
 outputs = encoder(preprocessor(tf.constant(["Hello world."])))
 vectors = outputs["default"]
+vectors = hub.KerasLayer("serving/1")(tf.constant(["Hello world."]))  # inference, one layer
 ```
 
 With Keras 3 (inference only):
@@ -336,21 +441,36 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     import tensorflow as tf
 
     import cmlm_tf
-    from cmlm_tf import tokenization
+    from cmlm_tf import cli, tokenization
     from cmlm_tf.export import serving
     from cmlm_tf.modeling import inference_forward, sentence_encoder
 
     export_dir = os.path.abspath(export_dir)
+    stage = cli.Stages("export")
+    check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir, checkpoint=checkpoint)
+    parent = os.path.dirname(export_dir)
+    with disk.reporting_disk_full(export_dir):
+        os.makedirs(parent, exist_ok=True)
+    with _swap_lock(parent):
+        restore_interrupted_export(export_dir)
     if os.path.exists(export_dir) and not overwrite:
         raise FileExistsError(f"{export_dir}: already exists (pass --overwrite to replace it)")
-    parent = os.path.dirname(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    remove_stale_staging(export_dir)
-    staging = _owned_tempdir(export_dir, ".tmp-")
+    with disk.reporting_disk_full(export_dir):
+        staging = _owned_tempdir(export_dir, ".tmp-")
     try:
         work = os.path.join(staging, "_work")
-        source = resolve_source(model_dir=model_dir, checkpoint=checkpoint, hf_dir=hf_dir,
-                                work_dir=work)
+
+        def find_source():
+            return resolve_source(model_dir=model_dir, checkpoint=checkpoint, hf_dir=hf_dir,
+                                  work_dir=work)
+
+        # The files are read, hashed and restored from one snapshot: a trainer may prune
+        # the checkpoint while the export runs.
+        stage("reading the checkpoint")
+        source, original = _snapshot_source(
+            find_source(), os.path.join(work, "checkpoint"),
+            find_source if model_dir and not checkpoint else None)
+        checkpoint_hash = checkpoint_sha256(source.checkpoint)
         model = source.model
         seq_length = int(seq_length or source.seq_length)
         if not 2 < seq_length <= model.encoder.max_position_embeddings:
@@ -364,26 +484,36 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         if implementation["name"] == "wordpiece":
             # The classic tokenizer reads its vocabulary from a file: a neutral copy, so no
             # local path leaks into the models (the fast one holds its vocabulary itself).
-            model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
-                model.tokenizer.vocab_file, os.path.join(work, "assets"))
+            with _writing(export_dir, "vocab.txt"):
+                model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
+                    model.tokenizer.vocab_file, os.path.join(work, "assets"))
             tokenizer = tokenization.build_tokenizer(model.tokenizer,
                                                      fast_wordpiece=not classic_wordpiece)
 
+        stage("restoring the encoder")
         encoder = sentence_encoder.build_sentence_encoder(model.encoder)
-        sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)
+        try:
+            sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)
+        except ValueError as error:  # name the checkpoint, not its snapshot
+            raise ValueError(str(error).replace(source.checkpoint, original)) from None
         core = _build_core_encoder(encoder)
         preprocessor = tokenization.create_preprocessor(model.tokenizer, seq_length)
+        stage("saving encoder/ and preprocessor/")
         with _no_compiled_metrics_warning():
-            core.save(os.path.join(staging, "encoder"), include_optimizer=False,
-                      save_format="tf")
-            preprocessor.save(os.path.join(staging, "preprocessor"), include_optimizer=False,
-                              save_format="tf")
+            with _writing(export_dir, "encoder"):
+                core.save(os.path.join(staging, "encoder"), include_optimizer=False,
+                          save_format="tf")
+            with _writing(export_dir, "preprocessor"):
+                preprocessor.save(os.path.join(staging, "preprocessor"),
+                                  include_optimizer=False, save_format="tf")
 
         module = serving.ServingModule(inference_forward.InferenceForward(encoder), tokenizer,
                                        seq_length)
         forward_error = check_forward(encoder, module)
+        stage("saving the serving model serving/1")
         serving_dir = os.path.join(staging, "serving", "1")
-        tf.saved_model.save(module, serving_dir, signatures=module.signatures())
+        with _writing(export_dir, os.path.join("serving", "1")):
+            tf.saved_model.save(module, serving_dir, signatures=module.signatures())
 
         meta = {
             "format_version": FORMAT_VERSION,
@@ -395,8 +525,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             "tokenizer": {"type": model.tokenizer.type,
                           "lower_case": model.tokenizer.lower_case,
                           "implementation": implementation},
-            "source": {**source.description,
-                       "checkpoint_sha256": checkpoint_sha256(source.checkpoint)},
+            "source": {**source.description, "checkpoint_sha256": checkpoint_hash},
             "encoder_key": encoder_key,
             "signatures": {name: {"inputs": inputs, "outputs": outputs}
                            for name, (inputs, outputs) in serving.SIGNATURES.items()},
@@ -410,17 +539,31 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         if tflite:
             from cmlm_tf.export import tflite as tflite_lib
 
-            meta["tflite"] = tflite_lib.write_tflite(module, os.path.join(staging, "tflite"))
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2)
-        with open(os.path.join(staging, "README.md"), "w", encoding="utf-8") as f:
-            f.write(_model_card(meta))
+            stage("converting to TFLite")
+            with _writing(export_dir, "tflite"):
+                meta["tflite"] = tflite_lib.write_tflite(module, os.path.join(staging, "tflite"))
+        with _writing(export_dir, METADATA_FILE):
+            with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
+                json.dump(meta, f, indent=2)
+        with _writing(export_dir, "README.md"):
+            with open(os.path.join(staging, "README.md"), "w", encoding="utf-8") as f:
+                f.write(_model_card(meta))
         shutil.rmtree(work, ignore_errors=True)
-        _replace_dir(staging, export_dir)
+        with _writing(export_dir, ""):
+            _replace_dir(staging, export_dir, overwrite)
+        stage.done()
     except BaseException:
+        stage.done()
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    with _swap_lock(parent):
+        remove_stale_staging(export_dir)
     return export_dir
+
+
+def _writing(export_dir: str, name: str):
+    """Reports a full disk while writing `OUT/name` as one line naming it."""
+    return disk.reporting_disk_full(os.path.join(export_dir, name) if name else export_dir)
 
 
 # In every staging folder: which process writes it, so a later export can tell a folder
@@ -429,24 +572,47 @@ _OWNER_FILE = ".cmlm_tf_export_owner"
 
 
 def _owned_tempdir(export_dir: str, infix: str) -> str:
+    """A new sibling folder of `export_dir`, with the umask's usual mode (it may become the
+    export, which other users, a model server's say, must be able to read)."""
     import socket
 
     folder = tempfile.mkdtemp(prefix=os.path.basename(export_dir) + infix,
                               dir=os.path.dirname(export_dir))
-    with open(os.path.join(folder, _OWNER_FILE), "w", encoding="utf-8") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    try:
+        os.chmod(folder, 0o777 & ~umask)  # mkdtemp makes it 0700 whatever the umask
+        with open(os.path.join(folder, _OWNER_FILE), "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return folder
 
 
-def remove_stale_staging(export_dir: str) -> list:
-    """Removes `OUT.tmp-*` / `OUT.old-*` folders of `export_dir` whose exporting process
-    (on this host) is gone: what an interrupted export leaves behind. Returns their names."""
+@contextlib.contextmanager
+def _swap_lock(parent: str):
+    """Holds an exclusive lock on the folder `parent` (no file is left behind), so two
+    exports of one OUT swap, restore and clean up one at a time."""
+    import fcntl
+
+    descriptor = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _stale_staging(export_dir: str) -> list:
+    """The `OUT.tmp-*` / `OUT.old-*` folders of `export_dir` whose exporting process (on
+    this host) is gone: what an interrupted export leaves behind."""
     import socket
 
     from cmlm_tf.run_dir import pid_alive
 
     parent, base = os.path.split(export_dir)
-    removed = []
+    stale = []
     for name in sorted(os.listdir(parent)):
         if not (name.startswith(base + ".tmp-") or name.startswith(base + ".old-")):
             continue
@@ -461,20 +627,56 @@ def remove_stale_staging(export_dir: str) -> list:
         if isinstance(owner, dict) and (owner.get("host") != socket.gethostname()
                                         or pid_alive(int(owner.get("pid", -1)))):
             continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(name)
+        stale.append(name)
+    return stale
+
+
+def restore_interrupted_export(export_dir: str) -> Optional[str]:
+    """Renames the old export back to `export_dir` when an `--overwrite` was killed between
+    its two renames (`OUT` missing, the old export only in a stale `OUT.old-*/export`).
+    Returns the folder it came from, or None."""
+    if os.path.lexists(export_dir):
+        return None
+    parent = os.path.dirname(export_dir)
+    olds = [os.path.join(parent, name) for name in _stale_staging(export_dir)
+            if ".old-" in name and os.path.isdir(os.path.join(parent, name, "export"))]
+    if not olds:
+        return None
+    newest = max(olds, key=os.path.getmtime)
+    os.rename(os.path.join(newest, "export"), export_dir)
+    print(f"restored {export_dir} from {newest}, left by an interrupted export",
+          file=sys.stderr)
+    return newest
+
+
+def remove_stale_staging(export_dir: str) -> list:
+    """Removes the folders an interrupted export left behind (`_stale_staging`), after
+    restoring an old export that is the only copy left (`restore_interrupted_export`).
+    Returns the names removed."""
+    restore_interrupted_export(export_dir)
+    removed = _stale_staging(export_dir)
+    for name in removed:
+        shutil.rmtree(os.path.join(os.path.dirname(export_dir), name), ignore_errors=True)
     if removed:
         print(f"removed {', '.join(removed)}, left by an interrupted export", file=sys.stderr)
     return removed
 
 
-def _replace_dir(new: str, target: str) -> None:
-    """Moves `new` to `target`; an old `target` is removed only once `new` is in place."""
-    os.remove(os.path.join(new, _OWNER_FILE))
-    if os.path.exists(target):
-        old = _owned_tempdir(target, ".old-")
-        os.rename(target, os.path.join(old, "export"))
-        os.rename(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(new, target)
+def _replace_dir(new: str, target: str, overwrite: bool = True) -> None:
+    """Moves `new` to `target`; an old `target` is removed only once `new` is in place.
+
+    A process killed between the two renames leaves the old export in `OUT.old-*/export`,
+    which the next export renames back (`restore_interrupted_export`) before anything else.
+    """
+    with _swap_lock(os.path.dirname(target)):
+        if os.path.exists(target) and not overwrite:  # another export wrote it meanwhile
+            raise FileExistsError(f"{target}: already exists (pass --overwrite to replace it)")
+        if os.path.exists(target):
+            old = _owned_tempdir(target, ".old-")
+            os.rename(target, os.path.join(old, "export"))
+            os.rename(new, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(new, target)
+        # Only now: until `new` is in place, its owner file marks it as a staging folder.
+        os.remove(os.path.join(target, _OWNER_FILE))

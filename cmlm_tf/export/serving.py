@@ -1,8 +1,16 @@
 """The TF Serving model (`OUT/serving/1`): strings or token ids to sentence embeddings.
 
 One module holds the tokenizer and the `InferenceForward` built from the trained encoder.
-Its signatures are what TF Serving, `TFSMLayer` and `tf.saved_model.load` users call; its
-other functions are what `cmlm_tf.load()` calls. Nothing in it needs XLA.
+Its signatures are what TF Serving, `TFSMLayer` and `tf.saved_model.load` users call, its
+root call is what `hub.KerasLayer("serving/1")` calls, and its other functions are what
+`cmlm_tf.load()` calls. Nothing in it needs XLA.
+
+Every function checks its inputs in the graph, before any tokenizer op or gather runs: a
+called signature does not enforce its declared shapes, and the tokenizer ops crash the
+process on a scalar string (TF Serving's columnar request with a bare string sends one). A
+string input of another shape than [batch], token ids of another rank than 2, token-id inputs
+of different shapes, ids outside the vocabulary and sequences longer than the position
+embeddings raise `InvalidArgumentError` naming the input.
 """
 
 from typing import Dict
@@ -21,8 +29,25 @@ SIGNATURES = {"serving_default": (["sentences"], ["embeddings"]),
               "from_token_ids": (list(INPUT_KEYS), ["embeddings"])}
 
 
+def _checked_sentences(sentences: tf.Tensor) -> tf.Tensor:
+    """`sentences`, with a run-time check that it is [batch]: `InvalidArgumentError` (`Shape
+    of tensor sentences [] is not compatible with expected shape [?]`) otherwise.
+
+    `tf.ensure_shape` and not a rank assertion: the traced rank is already 1, so an
+    assertion on it is folded away and never runs.
+    """
+    return tf.ensure_shape(sentences, [None])
+
+
+def _require(condition: tf.Tensor, message: str) -> tf.Operation:
+    return tf.debugging.Assert(condition, [message])
+
+
 class ServingModule(tf.Module):
     """What `serving/1` holds.
+
+    Root call (`hub.KerasLayer("serving/1")`, `model(sentences)`): strings [batch] -> float32
+    [batch, dim], L2-normalised: what `serving_default` returns as `embeddings`.
 
     Signatures (named inputs and outputs, no XLA):
         serving_default: `sentences` string [batch] -> `embeddings` float32 [batch, dim],
@@ -48,8 +73,8 @@ class ServingModule(tf.Module):
         def pooled_function(precision: str):
             @tf.function(input_signature=TOKEN_ID_SPECS)
             def pooled(input_word_ids, input_mask, input_type_ids):
-                return self.forward(input_word_ids, input_mask, input_type_ids,
-                                    precision=precision)
+                return self.forward(*self._checked_token_ids(
+                    input_word_ids, input_mask, input_type_ids), precision=precision)
             return pooled
 
         for precision in forward.precisions:
@@ -64,24 +89,56 @@ class ServingModule(tf.Module):
                 "pooling": tf.constant(self.forward.pooling),
                 "hidden_activation": tf.constant(self.forward.hidden_activation)}
 
+    def _checked_token_ids(self, input_word_ids, input_mask, input_type_ids):
+        """The three int32 [batch, seq] inputs, checked at run time: rank 2, one shape,
+        `seq` within the position embeddings and ids within their embedding tables (a GPU
+        gather returns zeros for an id out of range instead of failing)."""
+        names = ("input_word_ids", "input_mask", "input_type_ids")
+        inputs = [tf.ensure_shape(tensor, [None, None])
+                  for tensor in (input_word_ids, input_mask, input_type_ids)]
+        shape = tf.shape(inputs[0])
+        max_positions = int(self.forward.position_embeddings.shape[0])
+        checks = [_require(tf.reduce_all(tf.equal(tf.shape(tensor), shape)),
+                           f"{name} must have the shape of input_word_ids [batch, seq]")
+                  for name, tensor in zip(names[1:], inputs[1:])]
+        checks.append(_require(shape[1] <= max_positions,
+                               f"input_word_ids is longer than the {max_positions} positions "
+                               "of the model; truncate it to at most that many tokens"))
+        for name, tensor, table in ((names[0], inputs[0], self.forward.word_embeddings),
+                                    (names[2], inputs[2], self.forward.type_embeddings)):
+            size = int(table.shape[0])
+            checks.append(_require(
+                tf.reduce_all((tensor >= 0) & (tensor < size)),
+                f"{name} has an id outside [0, {size}); take the ids from the "
+                "tokenizer of this export"))
+        with tf.control_dependencies(checks):
+            return [tf.identity(tensor) for tensor in inputs]
+
     def _tokens(self, sentences) -> Dict[str, tf.Tensor]:
-        return tokenization.tokenize_and_pack(self.tokenizer, self._special, sentences,
-                                              self.seq_length)
+        return tokenization.tokenize_and_pack(self.tokenizer, self._special,
+                                              _checked_sentences(sentences), self.seq_length)
+
+    def _embeddings(self, sentences) -> tf.Tensor:
+        tokens = self._tokens(sentences)
+        return l2_normalize(self.forward(tokens["input_word_ids"], tokens["input_mask"],
+                                         tokens["input_type_ids"]))
 
     @tf.function(input_signature=[SENTENCES_SPEC])
     def tokenize(self, sentences):
         return self._tokens(sentences)
 
     @tf.function(input_signature=[SENTENCES_SPEC])
+    def __call__(self, sentences):
+        return self._embeddings(sentences)
+
+    @tf.function(input_signature=[SENTENCES_SPEC])
     def serving_default(self, sentences):
-        tokens = self._tokens(sentences)
-        pooled = self.forward(tokens["input_word_ids"], tokens["input_mask"],
-                              tokens["input_type_ids"])
-        return {"embeddings": l2_normalize(pooled)}
+        return {"embeddings": self._embeddings(sentences)}
 
     @tf.function(input_signature=TOKEN_ID_SPECS)
     def from_token_ids(self, input_word_ids, input_mask, input_type_ids):
-        pooled = self.forward(input_word_ids, input_mask, input_type_ids)
+        pooled = self.forward(*self._checked_token_ids(input_word_ids, input_mask,
+                                                       input_type_ids))
         return {"embeddings": l2_normalize(pooled)}
 
     def signatures(self) -> dict:

@@ -12,12 +12,23 @@ Written by `python -m cmlm_tf.export ... --tflite` from the same `ServingModule`
 
 The text signature needs TF-Text's TFLite kernels: in Python, `load_interpreter(path)`
 (LiteRT's interpreter with `tensorflow_text.tflite_registrar`); in an app, link TF-Text's
-TFLite ops and register them with the interpreter.
+TFLite ops and register them with the interpreter. `embed(interpreter, ...)` runs a signature
+from Python with the input checks of `serving/1` and returns float32 [0, dim] for an empty
+batch, which TFLite's kernels refuse (an empty request to the raw interpreter is the caller's
+error).
+
+The converter's own C++ log lines follow `TF_CPP_MIN_LOG_LEVEL` as TensorFlow's do (the
+command lines set it to hide INFO and WARNING lines unless the user set it).
 """
 
+import contextlib
 import os
+import re
+import sys
+import threading
 from typing import Dict, List, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from cmlm_tf import tokenization
@@ -65,7 +76,71 @@ def convert(module: "serving_lib.ServingModule", quantization: str) -> bytes:
         converter.allow_custom_ops = True
         if quantization == "int8":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
-        return converter.convert()
+        with _filtered_cpp_logs(_min_log_level()):
+            return converter.convert()
+
+
+def _min_log_level() -> int:
+    """`TF_CPP_MIN_LOG_LEVEL` (0 when unset or not a number): 1 hides INFO, 2 WARNING too, 3
+    ERROR too."""
+    try:
+        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        return 0
+
+
+# A C++ log line's severity, in absl's format (`W0000 00:00:17956.. 15949 file.cc:364] ...`)
+# or TensorFlow's (`2026-11-25 21:46:12.260032: W tensorflow/...`).
+_LOG_LINE = re.compile(rb"^(?:([IWEF])\d{4} \d\d:\d\d:|\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) )")
+_ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called"
+_SEVERITIES = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
+
+
+def _severity(line: bytes) -> Optional[int]:
+    """The severity of a C++ log line (0 INFO .. 3 FATAL), or None for any other line."""
+    if line.startswith(_ABSL_PREAMBLE):
+        return 1
+    match = _LOG_LINE.match(line)
+    return _SEVERITIES[match.group(1) or match.group(2)] if match else None
+
+
+@contextlib.contextmanager
+def _filtered_cpp_logs(min_level: int):
+    """Drops the C++ log lines below `min_level` that the process writes to stderr meanwhile.
+
+    The TFLite converter logs through absl, which `TF_CPP_MIN_LOG_LEVEL` does not reach, so
+    file descriptor 2 goes through a pipe whose reader forwards every other line as it comes
+    (Python's own stderr lines too, such as a progress line from another thread, so lines
+    without a log prefix are always kept).
+    """
+    if min_level <= 0:
+        yield
+        return
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    saved = os.dup(2)
+
+    def forward():
+        with os.fdopen(read_end, "rb") as lines:
+            for line in lines:
+                severity = _severity(line)
+                if severity is None or severity >= min_level:
+                    try:
+                        os.write(saved, line)
+                    except OSError:  # stderr closed: keep draining, or the writers block
+                        pass
+
+    reader = threading.Thread(target=forward, name="tflite-converter-logs", daemon=True)
+    reader.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the last write end: the reader sees the end of the pipe
+        reader.join()
+        os.close(saved)
 
 
 def custom_ops(flatbuffer: bytes) -> List[str]:
@@ -106,7 +181,8 @@ def write_tflite(module: "serving_lib.ServingModule", directory: str) -> dict:
 def load_interpreter(path: str, num_threads: Optional[int] = None):
     """A LiteRT interpreter for `path` with TF-Text's TFLite kernels registered.
 
-    Call `get_signature_runner("serving_default")` (text) or
+    Run it with `embed(interpreter, sentences=...)`, or call
+    `get_signature_runner("serving_default")` (text) or
     `get_signature_runner("from_token_ids")` on it.
     """
     import tensorflow_text
@@ -115,3 +191,57 @@ def load_interpreter(path: str, num_threads: Optional[int] = None):
     return litert.InterpreterWithCustomOps(
         model_path=path, num_threads=num_threads,
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
+
+
+def embed(interpreter, signature: str = "serving_default", **inputs) -> np.ndarray:
+    """Runs one signature of a `load_interpreter` model; returns float32 [batch, dim].
+
+    Inputs are checked as `serving/1` checks them, before the interpreter runs: `sentences`
+    str or bytes [batch]; `input_word_ids`, `input_mask`, `input_type_ids` integers
+    [batch, seq] of one shape. An empty batch returns float32 [0, dim] without running the
+    interpreter, whose kernels refuse empty tensors.
+
+    Example:
+        interpreter = load_interpreter("OUT/tflite/model_float32.tflite")
+        vectors = embed(interpreter, sentences=["Hello world."])
+    """
+    signatures = interpreter.get_signature_list()
+    if signature not in signatures:
+        raise ValueError(f"signature {signature!r} is not in this model; it has "
+                         f"{sorted(signatures)}")
+    expected = sorted(signatures[signature]["inputs"])
+    if sorted(inputs) != expected:
+        raise ValueError(f"{signature} takes the inputs {expected}, got {sorted(inputs)}")
+    if signature == "serving_default":
+        arrays = {"sentences": _sentences_array(inputs["sentences"])}
+    else:
+        arrays = {name: _token_ids_array(name, value) for name, value in inputs.items()}
+        shapes = {name: array.shape for name, array in arrays.items()}
+        if len(set(shapes.values())) > 1:
+            raise ValueError(f"{signature}: the token-id inputs must have one shape "
+                             f"[batch, seq], got {shapes}")
+    runner = interpreter.get_signature_runner(signature)
+    if len(next(iter(arrays.values()))) == 0:
+        dim = int(runner.get_output_details()["embeddings"]["shape_signature"][-1])
+        return np.zeros([0, dim], np.float32)
+    return runner(**arrays)["embeddings"]
+
+
+def _sentences_array(sentences) -> np.ndarray:
+    if isinstance(sentences, (str, bytes)):
+        raise ValueError("sentences must be a list of strings [batch], got one string; "
+                         "pass [text]")
+    array = np.asarray(sentences, dtype=object)
+    if array.ndim != 1:
+        raise ValueError(f"sentences must have the shape [batch], got {list(array.shape)}")
+    if not all(isinstance(text, (str, bytes)) for text in array):
+        raise ValueError("sentences must hold str or bytes items")
+    return array
+
+
+def _token_ids_array(name: str, value) -> np.ndarray:
+    array = np.asarray(value)
+    if array.ndim != 2 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
+        raise ValueError(f"{name} must be integers [batch, seq], got {array.dtype} "
+                         f"{list(array.shape)}")
+    return array.astype(np.int32)

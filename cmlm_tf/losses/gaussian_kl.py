@@ -26,8 +26,10 @@ def gaussian_kl(mean: tf.Tensor, log_variance: tf.Tensor) -> tf.Tensor:
         mean, log_variance: float [batch, latent_dim].
 
     Returns:
-        float [batch], summed over the latent dimensions.
+        float32 [batch], summed over the latent dimensions (computed in float32, as every
+        loss is under a mixed precision policy).
     """
+    mean, log_variance = tf.cast(mean, tf.float32), tf.cast(log_variance, tf.float32)
     return -0.5 * tf.reduce_sum(
         1.0 + log_variance - tf.square(mean) - tf.exp(log_variance), axis=-1)
 

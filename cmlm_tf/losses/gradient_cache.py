@@ -64,14 +64,16 @@ def cached_gradients(
         differentiated = scale_loss(losses["loss"])
     embedding_grads = dict(zip(keys, tape.gradient(differentiated,
                                                    [embeddings[k] for k in keys])))
-    rows = {k: first[k].shape[0] for k in keys}
+    # [num_chunks, rows, dim], so each chunk's slice is a gather with a static shape (XLA).
+    chunk_grads = {k: tf.reshape(embedding_grads[k], [num_chunks] + first[k].shape.as_list())
+                   for k in keys}
 
     def backward_chunk(index, accumulated):
         with tf.GradientTape() as chunk_tape:
             chunk = embed(index)
             surrogate = tf.add_n([
                 tf.reduce_sum(tf.cast(chunk[k], tf.float32) * tf.cast(
-                    embedding_grads[k][index * rows[k]:(index + 1) * rows[k]], tf.float32))
+                    tf.gather(chunk_grads[k], index), tf.float32))
                 for k in keys])
         grads = chunk_tape.gradient(surrogate, variables)
         return index + 1, [total + _dense(grad, variable) for total, grad, variable in

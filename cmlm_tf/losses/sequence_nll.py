@@ -29,9 +29,10 @@ def sequence_nll(logits: tf.Tensor, targets: tf.Tensor, weights: tf.Tensor,
         weights: float [batch, length]; 1 for real tokens, 0 for padding.
 
     Returns:
-        float [batch]: the token losses summed over each sequence.
+        float32 [batch]: the token losses summed over each sequence (computed in float32,
+        as every loss is under a mixed precision policy).
     """
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
     token_nll = -tf.gather(log_probs, tf.cast(targets, tf.int32), batch_dims=2)
     if label_smoothing:
         uniform_nll = -tf.reduce_mean(log_probs, axis=-1)

@@ -145,6 +145,14 @@ def restore_encoder(encoder: tf_keras.Model, path: str,
         if problem is not None:
             raise ValueError(f"{prefix}: the checkpoint's files ({prefix}.index, "
                              f"{prefix}.data-*) cannot be read ({problem})") from None
+        # The checkpoint's root items: the first component of its variables' names.
+        items = sorted({name.split("/")[0] for name, _ in tf.train.list_variables(prefix)}
+                       - {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter"})
+        if encoder_key not in items:
+            raise ValueError(
+                f"{prefix}: the checkpoint has no item {encoder_key!r} (its items: "
+                f"{', '.join(items) or 'none'}); name the one that holds the encoder "
+                "(--encoder_key)") from None
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(
             f"{prefix}: checkpoint does not fit task.model.encoder ({message[:300]})") from None

@@ -67,6 +67,18 @@ def with_run_sentencepiece(task_config, model_dir: Optional[str]):
     return task_config
 
 
+def compile_steps(task: base_task.Task) -> None:
+    """Makes `task`'s train and validation steps XLA-compiled (`runtime.enable_xla`).
+
+    Model Garden's trainer compiles the train step only, and only on GPUs; a TPU compiles
+    both steps whole, so this runs that code path on any device: each step becomes one
+    `tf.function(jit_compile=True)`, traced inside the trainer's replica function. The
+    inputs must have static shapes (`cmlm_tf.data.pipeline.batch_and_featurize`).
+    """
+    task.train_step = tf.function(task.train_step, jit_compile=True)
+    task.validation_step = tf.function(task.validation_step, jit_compile=True)
+
+
 def cached_ranking_train_step(
     task: "SentenceTask", inputs, model: tf_keras.Model, optimizer, metrics, size: int, *,
     pairs: Mapping, embed_pairs: Callable[[Mapping], Dict[str, tf.Tensor]],
@@ -110,8 +122,8 @@ def cached_ranking_train_step(
             scaled = optimizer.get_scaled_loss(scaled)
         return scaled
 
-    variables = model.trainable_variables
     if other_forward is None:
+        variables = model.trainable_variables
         losses, embeddings, grads = gradient_cache.cached_gradients(
             embed, chunks, lambda emb: task.compute_losses(inputs, assemble(None, emb)),
             variables, scale_loss)
@@ -122,6 +134,9 @@ def cached_ranking_train_step(
         # embeddings held constant (one tape); the two gradients add up to the full one.
         with tf.GradientTape() as tape:
             other = other_forward()
+            # Read after the other part's forward pass, which builds the layers of a model
+            # not called before (a CMLM head's projections): all of them train.
+            variables = model.trainable_variables
             with tape.stop_recording():
                 held = tf.nest.map_structure(tf.stop_gradient, other)
                 losses, embeddings, grads = gradient_cache.cached_gradients(

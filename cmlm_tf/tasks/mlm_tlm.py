@@ -34,8 +34,8 @@ class MLMTLMTaskConfig(configs.SentenceTaskConfig):
     """`init_stack_from`: a checkpoint (prefix or run directory) of a shallower stage to
     stack into this model; exclusive with `init_checkpoint` (a strict restore).
 
-    Validation reads `task.validation_data` for MLM text and `task.bitext_data` (once, in
-    order) for TLM pairs.
+    Validation reads `task.validation_data` for MLM text and, once, in order, its
+    `bitext_input_path` (else `task.bitext_data`) for TLM pairs.
     """
 
     init_stack_from: str = ""
@@ -118,4 +118,5 @@ class MLMTLMTask(base.SentenceTask):
         by_name["mlm_accuracy"].update_state(ids, logits, weights * (1.0 - is_tlm))
         by_name["tlm_accuracy"].update_state(ids, logits, weights * is_tlm)
         by_name["mlm_loss"].update_state(losses["mlm_loss"])
-        by_name["tlm_fraction"].update_state(inputs["is_tlm"])
+        # The filler rows of a padded evaluation batch (`example_weight` 0) do not count.
+        by_name["tlm_fraction"].update_state(inputs["is_tlm"], inputs.get("example_weight"))
