@@ -76,9 +76,12 @@ def run_main(body: Callable[[], Optional[int]]) -> int:
 
 
 class Stages:
-    """Says on stderr which stage a long command is in: once a stage has lasted `after`
-    seconds, then every `every` seconds while it lasts, one plain line (from a timer thread).
-    Quick stages print nothing, so a quick command or a one-line error stays as it was.
+    """Says on stderr which stage a long command is in: once the command has been silent
+    for `after` seconds (since this object was made, its last line or its last `done()`,
+    whatever stages ran meanwhile), then every `every` seconds while a stage lasts, one
+    plain line naming the current stage (from a timer thread). A quick command or a
+    one-line error prints nothing more; quick stages in a row cannot add up to a long
+    silence.
 
         stage = Stages("export"); stage("converting to TFLite"); ...; stage.done()
         -> export: converting to TFLite (10 s so far)
@@ -98,17 +101,21 @@ class Stages:
         self._current = None  # (generation, what, started)
         self._generation = 0
         self._timer = None
+        self._quiet_since = self._clock()  # the last line, or the start
 
     def __call__(self, what: str) -> None:
         with self._lock:
             self._generation += 1
-            self._current = (self._generation, what, self._clock())
-            self._arm(self.after)
+            now = self._clock()
+            self._current = (self._generation, what, now)
+            self._arm(max(0.0, self.after - (now - self._quiet_since)))
 
     def done(self) -> None:
+        """Ends the current stage; the next one counts its silence from here."""
         with self._lock:
             self._generation += 1
             self._current = None
+            self._quiet_since = self._clock()
             if self._timer is not None:
                 self._timer.cancel()
 
@@ -126,8 +133,10 @@ class Stages:
             if self._current is None or self._current[0] != generation:
                 return  # a later stage began, or the command ended
             _, what, started = self._current
-            print(f"{self.command}: {what} ({self._clock() - started:.0f} s so far)",
+            now = self._clock()
+            print(f"{self.command}: {what} ({now - started:.0f} s so far)",
                   file=sys.stderr, flush=True)
+            self._quiet_since = now
             self._arm(self.every)
 
 

@@ -81,6 +81,21 @@ def test_stage_lines_only_for_long_stages(capsys):
                for line in lines), lines
 
 
+def test_quick_stages_in_a_row_do_not_add_up_to_a_long_silence(capsys):
+    from cmlm_tf import cli
+
+    stage = cli.Stages("export", after=1.0, every=5.0)
+    for what in ("reading the checkpoint", "restoring the encoder", "saving encoder/",
+                 "saving serving/1"):
+        stage(what)
+        time.sleep(0.4)  # no stage lasts 1 s, together they do (one line, at 1 s)
+    stage.done()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"export: (restoring the encoder|saving encoder/|saving serving/1) "
+                        r"\(\d+ s so far\)", lines[0]), lines
+
+
 def test_driver_heartbeat_inside_one_long_loop(tmp_path):
     """The driver, one loop of 120 tiny steps, a heartbeat every second: lines inside the
     loop, before its end, one plain line each (no carriage return), on stderr."""
