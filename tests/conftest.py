@@ -6,9 +6,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+import errno  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -255,3 +258,41 @@ def moco_batch(rows, seed, first_id=0):
     return {"source": side(), "target": side(),
             "source_id": tf.range(first_id, first_id + rows, dtype=tf.int64),
             "target_id": tf.range(first_id, first_id + rows, dtype=tf.int64) + 1000}
+
+
+# A full disk, for real: a small tmpfs.
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """`mount(size)`: a tmpfs of `size` (e.g. "2m") mounted in `tmp_path`, unmounted after.
+    Skips where mounting is not permitted (it needs root)."""
+    mounted = []
+
+    def mount(size):
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("mounting a tmpfs needs root and mount(8); the injected full-disk "
+                        "tests cover this write site")
+        point = tmp_path / f"disk{len(mounted)}"
+        point.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                 str(point)], capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"mounting a tmpfs is not permitted here ({result.stderr.strip()}); "
+                        "the injected full-disk tests cover this write site")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def fill_disk(folder):
+    """Fills the filesystem of `folder` up to the last byte."""
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+    assert shutil.disk_usage(folder).free < 4096

@@ -2,7 +2,6 @@
 each rename of `--overwrite`, two exports of one folder at once, a trainer pruning the
 checkpoint being exported, full disks, and the modes another user needs to read an export."""
 
-import contextlib
 import errno
 import json
 import os
@@ -16,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import subprocess_env
+from conftest import fill_disk, subprocess_env
 
 from cmlm_tf.export import cli as export_cli
 from cmlm_tf.export import export_lib
@@ -329,38 +328,23 @@ def test_full_disk_during_overwrite_is_one_line_and_keeps_the_old_export(
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 
-@contextlib.contextmanager
-def _tmpfs(folder, size_bytes):
-    """A tmpfs of `size_bytes` mounted at `folder`; skips where this process cannot mount."""
-    folder.mkdir(parents=True, exist_ok=True)
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs",
-                            str(folder)], capture_output=True, text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mount.stderr.strip() or 'not root'}); "
-                    "the injected-ENOSPC tests cover the same paths")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
-
-
 def _size(folder) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def test_overwrite_on_a_tmpfs_with_room_for_one_copy(tmp_path, tiny_run_dir, tiny_export,
+def test_overwrite_on_a_tmpfs_with_room_for_one_copy(small_disk, tiny_run_dir, tiny_export,
                                                      capsys):
     room = int(_size(tiny_export) * 1.6)
-    with _tmpfs(tmp_path / "small", room) as small:
-        out = _old_export(tiny_export, small / "out")
-        rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),
-                              "--overwrite"])
-        line = _one_error_line(capsys.readouterr().err)
-        assert rc == 2
-        assert line.startswith(f"error: {small}") and "no space left on device" in line
-        assert "MiB free there" in line
-        assert _complete(out) and (out / "old.txt").exists()
-        assert sorted(os.listdir(small)) == ["out"]
+    small = small_disk(room)
+    out = _old_export(tiny_export, small / "out")
+    rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),
+                          "--overwrite"])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2
+    assert line.startswith(f"error: {small}") and "no space left on device" in line
+    assert "MiB free there" in line
+    assert _complete(out) and (out / "old.txt").exists()
+    assert sorted(os.listdir(small)) == ["out"]
 
 
 class _FillingFile:
@@ -430,19 +414,15 @@ def test_miner_on_a_full_disk_leaves_no_partial_output(name, tmp_path, tiny_expo
     assert os.listdir(folder) == ["out.tsv"]
 
 
-def test_mine_on_a_full_tmpfs_leaves_no_output(tmp_path, tiny_export, capsys):
-    with _tmpfs(tmp_path / "small", 64 * 1024) as small:
-        with open(small / "filler", "wb", buffering=0) as f:  # fill it
-            with pytest.raises(OSError):
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-        output = small / "pairs.tsv"
-        rc = _run_miner("mine", tmp_path, tiny_export, output)
-        line = _one_error_line(capsys.readouterr().err)
-        assert rc == 2 and line.startswith(f"error: {output}: no space left on device")
-        assert "0.0 MiB free there" in line
-        assert sorted(os.listdir(small)) == ["filler"]
+def test_mine_on_a_full_tmpfs_leaves_no_output(tmp_path, small_disk, tiny_export, capsys):
+    small = small_disk(64 * 1024)
+    fill_disk(small)
+    output = small / "pairs.tsv"
+    rc = _run_miner("mine", tmp_path, tiny_export, output)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and line.startswith(f"error: {output}: no space left on device")
+    assert "0.0 MiB free there" in line
+    assert sorted(os.listdir(small)) == ["filler"]
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,11 @@ A full disk is made two ways: an injected "no space left on device" at the write
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env
+from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, fill_disk
 
 from cmlm_tf import disk, run_dir, train
 
@@ -150,47 +149,9 @@ def test_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_older_one(
     assert not (model_dir / run_dir.LOCK_FILE).exists()
 
 
-# A full disk, for real: a small tmpfs.
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """`mount(size)`: a tmpfs of `size` (e.g. "2m") mounted in `tmp_path`, unmounted after.
-    Skips where mounting is not permitted (it needs root)."""
-    mounted = []
-
-    def mount(size):
-        if os.geteuid() != 0 or shutil.which("mount") is None:
-            pytest.skip("mounting a tmpfs needs root and mount(8); the injected full-disk "
-                        "tests cover this write site")
-        point = tmp_path / f"disk{len(mounted)}"
-        point.mkdir()
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                                 str(point)], capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(f"mounting a tmpfs is not permitted here ({result.stderr.strip()}); "
-                        "the injected full-disk tests cover this write site")
-        mounted.append(point)
-        return point
-
-    yield mount
-    for point in mounted:
-        subprocess.run(["umount", str(point)], check=True)
-
-
-def _fill(folder):
-    """Fills the filesystem of `folder` up to the last byte."""
-    with open(folder / "filler", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
-    assert shutil.disk_usage(folder).free < 4096
-
-
 def test_lock_on_a_full_tmpfs_leaves_no_empty_lock(small_disk):
     folder = small_disk("64k")
-    _fill(folder)
+    fill_disk(folder)
     with pytest.raises(disk.DiskFullError) as caught:
         run_dir.RunLock(str(folder)).acquire()
     assert str(caught.value).startswith(f"{folder / run_dir.LOCK_FILE}: no space left")
@@ -203,7 +164,7 @@ def test_params_on_a_full_tmpfs_keep_the_previous_file(small_disk):
     params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
     run_dir.write_params(params, str(folder))
     before = (folder / "params.yaml").read_text()
-    _fill(folder)
+    fill_disk(folder)
     with pytest.raises(disk.DiskFullError, match="params.yaml: no space left"):
         run_dir.write_params(params.replace(trainer={"train_steps": 7}), str(folder))
     assert (folder / "params.yaml").read_text() == before
