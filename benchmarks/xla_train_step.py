@@ -17,7 +17,7 @@ CMLM recipe, and MiniLM translation ranking with cached gradients at batch 256.
 Each (task, XLA off/on) runs in its own process, so the peak resident memory (`ru_maxrss`,
 which includes TensorFlow itself) of one does not hide another's. The step is the task's
 `train_step` with the recipe's optimizer inside one `tf.function`; with XLA the task's steps
-are first wrapped by `cmlm_tf.tasks.base.compile_steps`, as the driver does. Printed per run:
+are first wrapped by `cmlm_tf.training.steps.compile_steps`, as the driver does. Printed per run:
 the first call (trace, compile and one step), the mean of `--steps` later calls on the same
 batch, the peak memory and the resident memory before the first call; then XLA / plain for
 each. XLA's CPU backend reads `XLA_FLAGS` from the environment (left as it is).
@@ -93,7 +93,7 @@ def one_run(task_name: str, xla: bool, args) -> dict:
     import tf_keras
     from official.core import task_factory
 
-    from cmlm_tf.tasks import base
+    from cmlm_tf.training import steps
 
     with tempfile.TemporaryDirectory() as workdir:
         params = build_params(task_name, args, workdir)
@@ -104,7 +104,7 @@ def one_run(task_name: str, xla: bool, args) -> dict:
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
     metrics = task.build_metrics(training=True)
     if xla:
-        base.compile_steps(task)
+        steps.compile_steps(task)
     step = tf.function(lambda x: task.train_step(x, model, optimizer, metrics))
     resident_mb = _resident_mb()
     started = time.perf_counter()

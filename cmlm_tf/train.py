@@ -513,7 +513,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
 
     from cmlm_tf import disk, run_dir
     from cmlm_tf.data import pipeline
-    from cmlm_tf.tasks import base
+    from cmlm_tf.training import steps
 
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {MODES}, got {mode!r}")
@@ -556,7 +556,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             with strategy.scope(), pipeline.resuming_at(start_step if training else 0):
                 task = task_factory.get_task(params.task, logging_dir=model_dir)
                 if runtime.enable_xla:
-                    base.compile_steps(task)
+                    steps.compile_steps(task)
                 trainer = train_utils.create_trainer(
                     params, task, train=training, evaluate="eval" in mode,
                     checkpoint_exporter=None, trainer_cls=_trainer_class())

@@ -12,6 +12,8 @@ import json  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -169,6 +171,45 @@ def subprocess_env() -> dict:
     """The environment of a subprocess that runs the driver or a script from the repo."""
     return dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2",
                 TF_USE_LEGACY_KERAS="1")
+
+
+# The start of every two-replica script: the CPU is split into two logical devices before
+# TensorFlow places anything, `two_replicas()` is the strategy over them and `report(values)`
+# prints the JSON line that `run_on_two_replicas` returns.
+_TWO_REPLICA_PREAMBLE = """\
+import json
+import tensorflow as tf
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def two_replicas():
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def report(values):
+    print(json.dumps(values))
+"""
+
+
+def run_on_two_replicas(tmp_path: pathlib.Path, body: str, *args, env=None,
+                        timeout: int = 300) -> dict:
+    """Runs the Python source `body` in a fresh process on two logical CPU devices and
+    returns what it passed to `report(...)`.
+
+    Two replicas on one CPU need the device split before TensorFlow starts, hence a process
+    of their own. `body` runs after `_TWO_REPLICA_PREAMBLE` (so it may call `two_replicas()`
+    and `report()`), from the repository with `tests/` importable (conftest's helpers), with
+    `args` as `sys.argv[1:]`; a non-zero exit fails the calling test with its stderr.
+    """
+    script = tmp_path / "two_replicas.py"
+    script.write_text(_TWO_REPLICA_PREAMBLE + textwrap.dedent(body), encoding="utf-8")
+    env = dict(env or subprocess_env())
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_DIR), str(TESTS_DIR)])
+    result = subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_DIR,
+                            capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def cli_env() -> dict:

@@ -1,10 +1,8 @@
 """Bitext retrieval: the margin loss, cross-replica negatives, the reader, multitask, stages."""
 
-import json
 import logging
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
     TINY_WORDS,
+    run_on_two_replicas,
     subprocess_env,
     tiny_cmlm_config,
     write_corpus,
@@ -96,13 +95,9 @@ def test_duplicate_texts_are_not_negatives():
     assert abs(float(unmasked) - float(got)) > 1e-3
 
 
-_CROSS_REPLICA = textwrap.dedent("""
-    import json, sys
+_CROSS_REPLICA = """
+    import sys
     import numpy as np
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import tf_keras
     from cmlm_tf import configs
     from cmlm_tf.modeling import dual_encoder
@@ -139,7 +134,7 @@ _CROSS_REPLICA = textwrap.dedent("""
     weights = [w.numpy() for w in single.weights]
     loss_1, grads_1 = loss_and_grads(single, tf.nest.map_structure(tf.constant, features), 1)
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas()
     with strategy.scope():
         model = task.build_model()
     for w, value in zip(model.weights, weights):
@@ -155,21 +150,16 @@ _CROSS_REPLICA = textwrap.dedent("""
         tf.function(lambda x: loss_and_grads(model, x, 2)), args=(inputs,))
     loss_2 = strategy.reduce("SUM", scaled, axis=None)
     grads_2 = [strategy.reduce("SUM", g, axis=None) for g in grads]
-    print(json.dumps({
+    report({
         "loss_1": float(loss_1), "loss_2": float(loss_2),
         "grad_max": max(float(np.abs(g).max()) for g in grads_1),
-        "grad_diff": max(float(np.abs(a - b).max()) for a, b in zip(grads_1, grads_2))}))
-""")
+        "grad_diff": max(float(np.abs(a - b).max()) for a, b in zip(grads_1, grads_2))})
+"""
 
 
 @pytest.mark.parametrize("hard_negatives", [0, 2])
 def test_two_replicas_equal_one_device_on_the_global_batch(tmp_path, hard_negatives):
-    script = tmp_path / "cross_replica.py"
-    script.write_text(_CROSS_REPLICA, encoding="utf-8")
-    result = subprocess.run([sys.executable, str(script), str(hard_negatives)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=subprocess_env(), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    values = json.loads(result.stdout.strip().splitlines()[-1])
+    values = run_on_two_replicas(tmp_path, _CROSS_REPLICA, hard_negatives)
     assert abs(values["loss_1"] - values["loss_2"]) <= 1e-5 * max(1.0, values["loss_1"])
     assert values["grad_max"] > 1e-3  # the comparison is not between two zeros
     assert values["grad_diff"] <= 1e-5 * max(1.0, values["grad_max"]), values

@@ -4,7 +4,6 @@ import json
 import socket
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
     TINY_WORDS,
+    run_on_two_replicas,
     subprocess_env,
     tiny_cmlm_config,
     write_corpus,
@@ -224,23 +224,17 @@ def test_empty_corpus_through_the_driver(tmp_path):
 
 
 def test_mirrored_strategy_over_two_cpu_devices(tmp_path):
-    code = textwrap.dedent(f"""
-        import tensorflow as tf
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    values = run_on_two_replicas(tmp_path, f"""
         from cmlm_tf import train
         params = train.build_params("cmlm_tf/cmlm", ["configs/cmlm_tiny.yaml"],
                                     {TINY_CMLM_OVERRIDES + ",trainer.train_steps=10"!r})
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-        assert strategy.num_replicas_in_sync == 2
+        strategy = two_replicas()
         train.run(params, {str(tmp_path / "run")!r}, "train", strategy=strategy)
-        print("STEP", tf.train.latest_checkpoint({str(tmp_path / "run")!r}))
+        report({{"replicas": strategy.num_replicas_in_sync,
+                 "checkpoint": tf.train.latest_checkpoint({str(tmp_path / "run")!r})}})
     """)
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True,
-                            text=True, env=subprocess_env(), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "ckpt-10" in result.stdout
+    assert values["replicas"] == 2
+    assert values["checkpoint"].endswith("ckpt-10")
 
 
 def _free_ports(count):

@@ -1,21 +1,11 @@
 """Turning cross-replica negatives off: each replica ranks only its own rows."""
 
-import json
-import subprocess
-import sys
-import textwrap
-
-from conftest import REPO_DIR, subprocess_env
+from conftest import run_on_two_replicas
 
 from cmlm_tf.losses import margin_softmax
 
-_TWO_REPLICAS = textwrap.dedent("""
-    import json
+_TWO_REPLICAS = """
     import numpy as np
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from cmlm_tf.losses import margin_softmax
 
     rng = np.random.default_rng(0)
@@ -31,7 +21,7 @@ _TWO_REPLICAS = textwrap.dedent("""
                                True)) for i in (0, 4)]
     whole = float(local_loss(tf.constant(source), tf.constant(target), True))
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas()
     def per_replica(context):
         start = context.replica_id_in_sync_group * 4
         return tf.constant(source[start:start + 4]), tf.constant(target[start:start + 4])
@@ -41,18 +31,13 @@ _TWO_REPLICAS = textwrap.dedent("""
         step = tf.function(lambda x, y, gather=gather: local_loss(x, y, gather) / 2)
         per = strategy.run(step, args=inputs)
         results[str(gather)] = float(strategy.reduce("SUM", per, axis=None))
-    print(json.dumps({"halves": halves, "whole": whole, "gathered": results["True"],
-                      "local": results["False"]}))
-""")
+    report({"halves": halves, "whole": whole, "gathered": results["True"],
+            "local": results["False"]})
+"""
 
 
 def test_without_the_gather_each_replica_ranks_its_own_rows(tmp_path):
-    script = tmp_path / "two_replicas.py"
-    script.write_text(_TWO_REPLICAS, encoding="utf-8")
-    result = subprocess.run([sys.executable, str(script)], cwd=REPO_DIR, capture_output=True,
-                            text=True, env=subprocess_env(), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    values = json.loads(result.stdout.strip().splitlines()[-1])
+    values = run_on_two_replicas(tmp_path, _TWO_REPLICAS)
     assert abs(values["gathered"] - values["whole"]) <= 1e-5 * values["whole"]
     mean_of_halves = sum(values["halves"]) / 2
     assert abs(values["local"] - mean_of_halves) <= 1e-5 * mean_of_halves

@@ -1,30 +1,25 @@
 """Cached-gradient translation ranking: the same update as the uncached step."""
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
-from conftest import REPO_DIR, subprocess_env
+from conftest import run_on_two_replicas, subprocess_env
 
 from cmlm_tf.losses import margin_softmax
 
-# Runs in a fresh process: two logical CPU devices must exist before TensorFlow starts.
-_SCRIPT = textwrap.dedent("""
-    import json
+# Every model carries a weight penalty (`model.losses`), which each step adds to its loss.
+_SCRIPT = """
     import sys
     import numpy as np
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import tf_keras
-    from cmlm_tf.modeling import dual_encoder, seeded_dropout
     from cmlm_tf.tasks import bitext
+    from cmlm_tf.training import gradient_cache, seeded_dropout
 
     DROPOUT = float(sys.argv[1])
     BATCH, SEQ, NEGATIVES, CHUNK = 8, 8, 1, 2
+    PENALTY = 0.5
+
+    def add_penalty(model):
+        weights = model.encoder.trainable_variables[0]
+        model.add_loss(lambda: PENALTY * tf.reduce_mean(tf.square(weights)))
 
     def make_task(mini_batch_size):
         config = bitext.BitextTaskConfig()
@@ -84,6 +79,7 @@ _SCRIPT = textwrap.dedent("""
     task = make_task(0)
     model = task.build_model()
     model(tf.nest.map_structure(tf.constant, inputs))
+    add_penalty(model)
     initial = model.get_weights()
     seeded_dropout.make_replayable(model)
     batch = tf.nest.map_structure(tf.constant, inputs)
@@ -94,10 +90,10 @@ _SCRIPT = textwrap.dedent("""
             for c in range(BATCH // CHUNK):
                 with seeded_dropout.dropout_seed(tf.constant([0, c], tf.int64)):
                     parts.append(model(
-                        dual_encoder.chunk_of_pairs(batch, tf.constant(c), CHUNK),
+                        gradient_cache.chunk(batch, tf.constant(c), BATCH // CHUNK),
                         training=True))
             outputs = {k: tf.concat([p[k] for p in parts], 0) for k in parts[0]}
-            loss = task.compute_losses(batch, outputs)["loss"]
+            loss = task.compute_losses(batch, outputs)["loss"] + tf.add_n(model.losses)
         return loss, [tf.convert_to_tensor(g)
                       for g in tape.gradient(loss, model.trainable_variables)]
 
@@ -115,40 +111,35 @@ _SCRIPT = textwrap.dedent("""
     if DROPOUT == 0:
         runs.append(("uncached_1", 0, 1, False))
     for name, mini_batch_size, replicas, jit_compile in runs:
-        strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
-                    else tf.distribute.get_strategy())
+        strategy = two_replicas() if replicas == 2 else tf.distribute.get_strategy()
         task = make_task(mini_batch_size)
         with strategy.scope():
             model = task.build_model()
             model(tf.nest.map_structure(tf.constant, replica_share(0, replicas)))
             model.set_weights(initial)
+            add_penalty(model)
         loss, update = sgd_update(task, model, strategy, replicas, jit_compile)
         expected, reference = references[jit_compile]
         diffs = [float(np.max(np.abs(u - g))) for u, g in zip(update, reference)]
         scale = max(float(np.max(np.abs(g))) for g in reference)
         results["runs"][name] = {"loss": loss, "expected": expected, "max_diff": max(diffs),
                                  "grad_scale": scale}
-    print(json.dumps(results))
-""")
+    report(results)
+"""
 
 
 def _run(tmp_path, dropout):
-    script = tmp_path / "gradient_cache.py"
-    script.write_text(_SCRIPT, encoding="utf-8")
     # The cheapest XLA CPU backend: a tiny step compiles in seconds instead of tens of them.
     env = dict(subprocess_env(), XLA_FLAGS="--xla_backend_optimization_level=0 "
                                            "--xla_llvm_disable_expensive_passes=true")
-    result = subprocess.run([sys.executable, str(script), str(dropout)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_on_two_replicas(tmp_path, _SCRIPT, dropout, env=env, timeout=600)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_cached_step_equals_the_uncached_one(tmp_path, dropout):
     """On one device, on two replicas and XLA-compiled on one device (dropout on: the same
     masks in both passes), the cached step's loss and weight update equal one tape over the
-    whole batch (compiled alike)."""
+    whole batch (compiled alike), weight penalty (`model.losses`) included."""
     values = _run(tmp_path, dropout)
     for name, run in values["runs"].items():
         expected = run["expected"]

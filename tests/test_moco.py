@@ -3,13 +3,19 @@
 import json
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, moco_batch, subprocess_env, tiny_moco_task
+from conftest import (
+    REPO_DIR,
+    TINY_CMLM_OVERRIDES,
+    moco_batch,
+    run_on_two_replicas,
+    subprocess_env,
+    tiny_moco_task,
+)
 
 from cmlm_tf.losses import info_nce
 from cmlm_tf.modeling import momentum_queue, sentence_encoder
@@ -197,13 +203,8 @@ def test_config_errors_name_the_field_and_recipes_load():
     assert ablation.task.moco.momentum == 0.0
 
 
-_TWO_REPLICAS = textwrap.dedent("""
-    import json
+_TWO_REPLICAS = """
     import numpy as np
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import tf_keras
     from conftest import moco_batch, tiny_moco_task
 
@@ -220,7 +221,7 @@ _TWO_REPLICAS = textwrap.dedent("""
     for batch in batches:
         step(tf.nest.map_structure(tf.constant, batch))
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas()
     with strategy.scope():
         model = task.build_model()
         optimizer = tf_keras.optimizers.SGD(0.5)
@@ -243,7 +244,7 @@ _TWO_REPLICAS = textwrap.dedent("""
              + model.key_encoder.weights + model.encoder.weights)
     single_state = (single.source_queue.weights + single.target_queue.weights
                     + single.key_encoder.weights + single.encoder.weights)
-    print(json.dumps({
+    report({
         "replica_diff": max(float(np.abs(np.asarray(a, float) - np.asarray(b, float)).max())
                             for a, b in map(replicas, state)),
         # relative to the magnitude (at least 1): an all-reduce of 2 halves rounds
@@ -254,20 +255,13 @@ _TWO_REPLICAS = textwrap.dedent("""
         "ids": replicas(model.source_queue.ids)[1].tolist(),
         "ptr": int(replicas(model.source_queue.queue_ptr)[1]),
         "key_moved": float(np.abs(replicas(model.key_encoder.weights[0])[0]
-                                  - weights[0]).max())}))
-""")
+                                  - weights[0]).max())})
+"""
 
 
 def test_two_replicas_hold_identical_queues(tmp_path):
     """Two logical CPUs, 3 steps of 8 pairs (4 per replica) into queues of 12."""
-    script = tmp_path / "two_replicas.py"
-    script.write_text(_TWO_REPLICAS, encoding="utf-8")
-    env = subprocess_env()
-    env["PYTHONPATH"] = f"{REPO_DIR}:{REPO_DIR / 'tests'}"
-    result = subprocess.run([sys.executable, str(script)], cwd=REPO_DIR, capture_output=True,
-                            text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    values = json.loads(result.stdout.strip().splitlines()[-1])
+    values = run_on_two_replicas(tmp_path, _TWO_REPLICAS)
     assert values["replica_diff"] == 0.0
     assert values["single_diff"] < 1e-5, values
     assert values["key_moved"] > 1e-4  # the keys did follow the trained queries

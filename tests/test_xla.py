@@ -126,6 +126,22 @@ def base_field(data_config):
     return base.data_field(data_config)
 
 
+@pytest.fixture(scope="module")
+def case_batches(data_files):
+    """Case id -> (task, its first train batch, its first validation batch), built once for
+    both precisions: the inputs do not depend on the Keras policy, only the model does."""
+    cache = {}
+
+    def get(case):
+        if case not in cache:
+            params, task = build_task(case, data_files)
+            cache[case] = (task, _first_batch(task, params.task.train_data),
+                           _first_batch(task, params.task.validation_data))
+        return cache[case]
+
+    return get
+
+
 @pytest.fixture(params=["float32", "mixed_bfloat16"])
 def policy(request):
     previous = tf_keras.mixed_precision.global_policy()
@@ -135,13 +151,11 @@ def policy(request):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_train_and_validation_steps_compile_with_xla(case, policy, data_files):
+def test_train_and_validation_steps_compile_with_xla(case, policy, case_batches):
     """Static input shapes, one compiled train step and one compiled validation step; in
     float32 the compiled validation step gives the plain step's loss. SGD keeps the traced
     graph small (the recipes' optimizers compile in `test_driver_runs_with_xla`)."""
-    params, task = build_task(case, data_files)
-    train_batch = _first_batch(task, params.task.train_data)
-    eval_batch = _first_batch(task, params.task.validation_data)
+    task, train_batch, eval_batch = case_batches(case)
     tf_keras.utils.set_random_seed(1)
     model = task.build_model()
     optimizer = tf_keras.optimizers.SGD(learning_rate=0.1)

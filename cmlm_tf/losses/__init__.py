@@ -4,6 +4,8 @@
 - `margin_softmax`: bidirectional additive-margin softmax (translation ranking, LaBSE);
 - `info_nce`: InfoNCE against a queue (dual momentum contrast);
 - `pair_classification`: NLI cross-entropy over [u, v, |u − v|, u ∗ v] logits;
-- `gaussian_kl`, `sequence_nll`: the KL and reconstruction / translation terms of BGT;
-- `cross_replica`: the all-gather behind losses with global-batch negatives.
+- `gaussian_kl`, `sequence_nll`: the KL and reconstruction / translation terms of BGT.
+
+The all-gather behind global-batch negatives lives with the other training mechanics in
+`cmlm_tf.training`.
 """

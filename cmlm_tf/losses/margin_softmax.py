@@ -30,7 +30,7 @@ import tensorflow as tf
 import tf_keras
 from official.modeling import hyperparams
 
-from cmlm_tf.losses import cross_replica
+from cmlm_tf.training import cross_replica
 from cmlm_tf.vectors import l2_normalize
 
 

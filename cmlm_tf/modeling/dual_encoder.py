@@ -36,33 +36,6 @@ def encode_pairs(encoder: tf_keras.Model, features: Dict, training=None,
     return dict(zip(keys, tf.split(pooled, tf.stack(sizes), axis=0)))
 
 
-def chunk_of_pairs(features: Dict, index: tf.Tensor, size: int) -> Dict:
-    """Pairs `index·size … index·size + size − 1` of a bitext batch (TF Hub input dicts under
-    `source`, `target` and, k per pair, `hard_negatives`), with static shapes.
-
-    Args:
-        features: the batch; `source` holds [batch, seq_length] tensors of a static `batch`
-            that `size` divides, `hard_negatives` [batch·k, seq_length].
-        index: int32 scalar (may be a tensor), the chunk, in [0, batch / size).
-        size: pairs per chunk.
-
-    Returns:
-        the same structure with [size, seq_length] (`hard_negatives`: [size·k, seq_length]).
-    """
-    out = {}
-    batch = features["source"]["input_word_ids"].shape[0]
-    chunks = batch // size
-    for key in PAIR_KEYS:
-        if key not in features:
-            continue
-        # Reshaped to [chunks, rows, ...] and gathered by chunk rather than sliced with
-        # tensor bounds: XLA (TPU, `jit_compile`) needs the chunk's shape to be static.
-        out[key] = {name: tf.gather(tf.reshape(value, [chunks, -1] + value.shape[1:].as_list()),
-                                    index)
-                    for name, value in features[key].items()}
-    return out
-
-
 class DualEncoder(tf_keras.Model):
     """Shared-weight dual encoder for translation ranking.
 

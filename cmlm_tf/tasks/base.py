@@ -1,8 +1,9 @@
-"""What every cmlm_tf task shares: warm starts, the run's SentencePiece model, a train step
-that computes losses once, and the cached-gradient step of translation ranking."""
+"""The task contract every cmlm_tf task shares: losses computed once per step as a dict,
+metrics read from that dict, warm starts and the run's SentencePiece model. How a step turns
+the losses into an update lives in `cmlm_tf.training.steps`."""
 
 import os
-from typing import Callable, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -10,9 +11,9 @@ from absl import logging
 from official.core import base_task
 
 from cmlm_tf import tokenization
-from cmlm_tf.losses import gradient_cache
-from cmlm_tf.modeling import dual_encoder, seeded_dropout, sentence_encoder
+from cmlm_tf.modeling import sentence_encoder
 from cmlm_tf.tasks import dev_eval
+from cmlm_tf.training import steps
 
 
 def checkpoint_has(prefix: str, item: str) -> bool:
@@ -67,94 +68,6 @@ def with_run_sentencepiece(task_config, model_dir: Optional[str]):
     return task_config
 
 
-def compile_steps(task: base_task.Task) -> None:
-    """Makes `task`'s train and validation steps XLA-compiled (`runtime.enable_xla`).
-
-    Model Garden's trainer compiles the train step only, and only on GPUs; a TPU compiles
-    both steps whole, so this runs that code path on any device: each step becomes one
-    `tf.function(jit_compile=True)`, traced inside the trainer's replica function. The
-    inputs must have static shapes (`cmlm_tf.data.pipeline.batch_and_featurize`).
-    """
-    task.train_step = tf.function(task.train_step, jit_compile=True)
-    task.validation_step = tf.function(task.validation_step, jit_compile=True)
-
-
-def cached_ranking_train_step(
-    task: "SentenceTask", inputs, model: tf_keras.Model, optimizer, metrics, size: int, *,
-    pairs: Mapping, embed_pairs: Callable[[Mapping], Dict[str, tf.Tensor]],
-    assemble: Callable[[Optional[Dict], Dict[str, tf.Tensor]], Dict],
-    other_forward: Optional[Callable[[], Dict]] = None,
-):
-    """A train step whose translation-ranking part runs with cached gradients
-    (`cmlm_tf.losses.gradient_cache`) over chunks of `size` pairs; the same update as the
-    plain step (`task.margin_softmax.mini_batch_size`).
-
-    Args:
-        task: computes the losses from (inputs, outputs) and updates the metrics.
-        pairs: the bitext batch inside `inputs` (`source`, `target` [, `hard_negatives`]).
-        embed_pairs: a chunk of `pairs` -> its embeddings, in training mode.
-        assemble: (the other part's outputs or None, the pairs' embeddings) -> the outputs
-            that `task.compute_losses` takes.
-        other_forward: the rest of a multitask's forward pass (e.g. CMLM's), differentiated
-            with an ordinary tape; None when translation ranking is the whole objective.
-    """
-    batch = pairs["source"]["input_word_ids"].shape[0]
-    if size < 0 or batch % size:
-        raise ValueError(f"task.margin_softmax.mini_batch_size must be positive and divide "
-                         f"the per-replica batch size {batch}, got {size}")
-    seeded_dropout.make_replayable(model)
-    context = tf.distribute.get_replica_context()
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    chunks = batch // size
-    # One seed per (step, replica, chunk): both passes over a chunk drop the same units.
-    step = tf.cast(optimizer.iterations, tf.int64)
-    first_chunk = tf.cast(context.replica_id_in_sync_group * chunks, tf.int64)
-
-    def embed(index):
-        part = dual_encoder.chunk_of_pairs(pairs, index, size)
-        seed = tf.stack([step, first_chunk + tf.cast(index, tf.int64)])
-        with seeded_dropout.dropout_seed(seed):
-            return embed_pairs(part)
-
-    def scale_loss(loss):
-        scaled = loss / replicas
-        if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-            scaled = optimizer.get_scaled_loss(scaled)
-        return scaled
-
-    if other_forward is None:
-        variables = model.trainable_variables
-        losses, embeddings, grads = gradient_cache.cached_gradients(
-            embed, chunks, lambda emb: task.compute_losses(inputs, assemble(None, emb)),
-            variables, scale_loss)
-        other = None
-    else:
-        # The whole loss is differentiated twice: through the pairs' embeddings with the
-        # other outputs held constant (cached), and through the other outputs with the
-        # embeddings held constant (one tape); the two gradients add up to the full one.
-        with tf.GradientTape() as tape:
-            other = other_forward()
-            # Read after the other part's forward pass, which builds the layers of a model
-            # not called before (a CMLM head's projections): all of them train.
-            variables = model.trainable_variables
-            with tape.stop_recording():
-                held = tf.nest.map_structure(tf.stop_gradient, other)
-                losses, embeddings, grads = gradient_cache.cached_gradients(
-                    embed, chunks, lambda emb: task.compute_losses(inputs, assemble(held, emb)),
-                    variables, scale_loss)
-            total = task.compute_losses(
-                inputs, assemble(other, tf.nest.map_structure(tf.stop_gradient, embeddings)))
-            scaled = scale_loss(total["loss"])
-        grads = [grad if other_grad is None else grad + tf.convert_to_tensor(other_grad)
-                 for grad, other_grad in zip(grads, tape.gradient(scaled, variables))]
-    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-        grads = optimizer.get_unscaled_gradients(grads)
-    optimizer.apply_gradients(list(zip(grads, variables)))
-    if metrics:
-        task.update_metrics(metrics, inputs, assemble(other, embeddings), losses)
-    return {task.loss: losses["loss"]}
-
-
 class _SentenceSteps(base_task.Task):
     """Train and validation steps around `compute_losses`; see `SentenceTask`."""
 
@@ -185,30 +98,11 @@ class _SentenceSteps(base_task.Task):
                             self.compute_losses(labels, model_outputs))
 
     def train_step(self, inputs, model: tf_keras.Model, optimizer, metrics=None):
-        with tf.GradientTape() as tape:
-            outputs = model(inputs, training=True)
-            losses = self.compute_losses(inputs, outputs)
-            loss = losses["loss"]
-            if model.losses:
-                loss += tf.add_n(model.losses)
-            scaled_loss = loss / tf.distribute.get_strategy().num_replicas_in_sync
-            if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-                scaled_loss = optimizer.get_scaled_loss(scaled_loss)
-        variables = model.trainable_variables
-        grads = tape.gradient(scaled_loss, variables)
-        if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-            grads = optimizer.get_unscaled_gradients(grads)
-        optimizer.apply_gradients(list(zip(grads, variables)))
-        if metrics:
-            self.update_metrics(metrics, inputs, outputs, losses)
-        return {self.loss: loss}
+        return steps.train_step(self, inputs, model, optimizer, metrics,
+                                forward=lambda: model(inputs, training=True))
 
     def validation_step(self, inputs, model: tf_keras.Model, metrics=None):
-        outputs = model(inputs, training=False)
-        losses = self.compute_losses(inputs, outputs)
-        if metrics:
-            self.update_metrics(metrics, inputs, outputs, losses)
-        return {self.loss: losses["loss"]}
+        return steps.validation_step(self, inputs, model, metrics)
 
     def build_metrics(self, training: Optional[bool] = None):
         return []

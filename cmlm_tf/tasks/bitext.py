@@ -18,6 +18,7 @@ from cmlm_tf.losses import margin_softmax
 from cmlm_tf.losses.margin_softmax import MarginSoftmaxConfig
 from cmlm_tf.modeling import dual_encoder
 from cmlm_tf.tasks import base
+from cmlm_tf.training import steps
 
 
 @dataclasses.dataclass
@@ -68,10 +69,9 @@ class BitextTask(base.SentenceTask):
         return [tf_keras.metrics.Mean(name=name) for name in margin_softmax.METRICS]
 
     def train_step(self, inputs, model: tf_keras.Model, optimizer, metrics=None):
-        size = self.task_config.margin_softmax.mini_batch_size
-        if not size:
-            return super().train_step(inputs, model, optimizer, metrics)
-        return base.cached_ranking_train_step(
-            self, inputs, model, optimizer, metrics, size, pairs=inputs,
-            embed_pairs=lambda part: model(part, training=True),
-            assemble=lambda _, embeddings: embeddings)
+        """With `task.margin_softmax.mini_batch_size`, the pairs are embedded in chunks with
+        cached gradients: the same update, with memory that follows the chunk."""
+        return steps.train_step(self, inputs, model, optimizer, metrics, ranked=steps.RankedPart(
+            inputs, lambda part: model(part, training=True),
+            batch_size=inputs["source"]["input_word_ids"].shape[0],
+            chunk_size=self.task_config.margin_softmax.mini_batch_size))

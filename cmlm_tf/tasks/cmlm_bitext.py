@@ -29,6 +29,7 @@ from cmlm_tf.losses.masked_lm import masked_lm_loss
 from cmlm_tf.modeling import conditional_mlm, dual_encoder
 from cmlm_tf.modeling.cmlm_bitext import CMLMBitextModel
 from cmlm_tf.tasks import base
+from cmlm_tf.training import steps
 
 
 @dataclasses.dataclass
@@ -95,17 +96,21 @@ class CMLMBitextTask(base.SentenceTask):
         return losses
 
     def train_step(self, inputs, model: CMLMBitextModel, optimizer, metrics=None):
-        """With `task.margin_softmax.mini_batch_size`, the ranking part runs with cached
-        gradients (the CMLM part with an ordinary tape): the same update."""
-        size = self.task_config.margin_softmax.mini_batch_size
-        if not size or "bitext" not in inputs:
+        """The ranking part's pairs are embedded apart, in chunks with cached gradients under
+        `task.margin_softmax.mini_batch_size` (the CMLM part with an ordinary tape): the
+        same update."""
+        if "bitext" not in inputs:
             return super().train_step(inputs, model, optimizer, metrics)
-        return base.cached_ranking_train_step(
-            self, inputs, model, optimizer, metrics, size, pairs=inputs["bitext"],
-            embed_pairs=lambda part: dual_encoder.encode_pairs(model.encoder, part,
-                                                               training=True),
-            assemble=lambda cmlm, embeddings: dict(cmlm or {}, bitext=embeddings),
-            other_forward=lambda: dict(model.cmlm(inputs["cmlm"], training=True)))
+        pairs = inputs["bitext"]
+        return steps.train_step(
+            self, inputs, model, optimizer, metrics,
+            forward=lambda: dict(model.cmlm(inputs["cmlm"], training=True)),
+            ranked=steps.RankedPart(
+                pairs, lambda part: dual_encoder.encode_pairs(model.encoder, part,
+                                                              training=True),
+                batch_size=pairs["source"]["input_word_ids"].shape[0],
+                chunk_size=self.task_config.margin_softmax.mini_batch_size),
+            assemble=lambda cmlm, embeddings: dict(cmlm, bitext=embeddings))
 
     def build_metrics(self, training: Optional[bool] = None):
         metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="masked_lm_accuracy"),

@@ -11,14 +11,38 @@ assembled in three passes that each hold one chunk's activations at a time:
 3. embed each chunk again under a tape and back-propagate the chunk's slice of g into the
    weights, summing over chunks.
 
-With the same dropout masks in passes 1 and 3 (`cmlm_tf.modeling.seeded_dropout`) the sum is
+With the same dropout masks in passes 1 and 3 (`cmlm_tf.training.seeded_dropout`) the sum is
 exactly the gradient of the uncached step, while memory grows with the chunk size instead of
 the batch size: the price is a second forward pass per chunk.
 """
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import tensorflow as tf
+
+
+def chunk(batch: Any, index: tf.Tensor, num_chunks: int) -> Any:
+    """Chunk `index` of `num_chunks` equal chunks of every tensor in the nested `batch`.
+
+    Each tensor's leading axis must be a static multiple of `num_chunks`; a tensor with k
+    rows per example (hard negatives) keeps its k consecutive rows together. The chunk is
+    gathered from a [num_chunks, rows, ...] view rather than sliced with tensor bounds, so
+    its shape is static, as XLA (TPU, `jit_compile`) needs.
+
+    Args:
+        batch: nested structure of tensors with leading axes that `num_chunks` divides.
+        index: int32 scalar (may be a tensor) in [0, num_chunks).
+        num_chunks: how many chunks the batch is split into.
+    """
+    def take(value):
+        rows = value.shape[0]
+        if rows is None or rows % num_chunks:
+            raise ValueError(f"a batch of {rows} rows cannot be split into {num_chunks} "
+                             "equal chunks")
+        return tf.gather(tf.reshape(value, [num_chunks, rows // num_chunks]
+                                    + value.shape[1:].as_list()), index)
+
+    return tf.nest.map_structure(take, batch)
 
 
 def cached_gradients(

@@ -1,6 +1,6 @@
 """Dropout that can be replayed: the same seed gives the same masks in every call.
 
-A cached-gradient step (`cmlm_tf.losses.gradient_cache`) runs the encoder twice over each
+A cached-gradient step (`cmlm_tf.training.gradient_cache`) runs the encoder twice over each
 chunk of a batch, first without a tape and then with one; the gradient it assembles is the
 true one only if both passes drop the same units. `make_replayable(model)` hands every
 `tf_keras.layers.Dropout` inside `model` a random source that, inside `dropout_seed(seed)`,

@@ -1,0 +1,166 @@
+"""The train and validation steps of every task, and their XLA compilation.
+
+One train step serves every objective. A task hands it the forward pass of its model and,
+where its loss ranks every row of the batch against every other (translation ranking), that
+part separately as a `RankedPart`: those rows are embedded in chunks of
+`task.margin_softmax.mini_batch_size` with cached gradients (`gradient_cache`), so memory
+follows the chunk and not the batch, and the update stays the one of a single tape. Without
+a chunk size the ranked rows form one chunk, which is embedded once under the step's own
+tape: the ordinary step.
+
+Per replica, the step differentiates the task's `loss` plus `model.losses` (weight
+penalties), divided by the number of replicas; gradients are summed across replicas by the
+optimizer, and a `LossScaleOptimizer` (mixed precision) scales and unscales them.
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from cmlm_tf.training import gradient_cache, seeded_dropout
+
+
+@dataclasses.dataclass(frozen=True)
+class RankedPart:
+    """Rows of a batch whose loss couples each with every other, embedded apart.
+
+    Attributes:
+        features: the nested rows (e.g. the `source`, `target` and `hard_negatives` input
+            dicts of a bitext batch); every tensor's leading axis is a static multiple of
+            `batch_size`.
+        embed: a chunk of `features` (same structure, fewer rows) -> dict of float
+            [rows, dim] embeddings, in training mode.
+        batch_size: the examples per replica in `features`.
+        chunk_size: examples per chunk; 0 (or `batch_size`) embeds them in one chunk.
+        field: the config field of `chunk_size`, for errors.
+    """
+
+    features: Any
+    embed: Callable[[Any], Dict[str, tf.Tensor]]
+    batch_size: int
+    chunk_size: int = 0
+    field: str = "task.margin_softmax.mini_batch_size"
+
+    @property
+    def num_chunks(self) -> int:
+        size = self.chunk_size or self.batch_size
+        if size < 0 or self.batch_size % size:
+            raise ValueError(f"{self.field} must be positive and divide the per-replica batch "
+                             f"size {self.batch_size}, got {self.chunk_size}")
+        return self.batch_size // size
+
+
+def _scale(loss: tf.Tensor, optimizer) -> tf.Tensor:
+    """What a replica differentiates: its share of the global loss, loss-scaled if needed."""
+    scaled = loss / tf.distribute.get_strategy().num_replicas_in_sync
+    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+        scaled = optimizer.get_scaled_loss(scaled)
+    return scaled
+
+
+def _add(grad, other):
+    if grad is None:
+        return other
+    if other is None:
+        return grad
+    return tf.convert_to_tensor(grad) + tf.convert_to_tensor(other)
+
+
+def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
+               forward: Optional[Callable[[], Any]] = None,
+               ranked: Optional[RankedPart] = None,
+               assemble: Optional[Callable[[Any, Any], Any]] = None) -> Dict[str, tf.Tensor]:
+    """One update of `model` from `inputs`; returns `{task.loss: the replica's loss}`.
+
+    Args:
+        task: computes `compute_losses(inputs, outputs)` (a dict with the scalar `loss`) and
+            `update_metrics(metrics, inputs, outputs, losses)`.
+        forward: () -> the model's outputs except the ranked part's, in training mode;
+            None when the ranked part is the whole forward pass.
+        ranked: the rows embedded apart (chunked when its `chunk_size` asks), or None.
+        assemble: (forward's outputs or None, the ranked embeddings or None) -> the outputs
+            `compute_losses` takes. Default: forward's outputs, else the ranked embeddings.
+    """
+    if assemble is None:
+        def assemble(other, embeddings):
+            return embeddings if other is None else other
+    chunks = ranked.num_chunks if ranked is not None else 1
+    cached_grads = None
+    with tf.GradientTape() as tape:
+        other = forward() if forward is not None else None
+        if ranked is not None and chunks == 1:
+            embeddings = ranked.embed(ranked.features)
+        # Read after the forward pass, which builds the layers of a model not called before
+        # (a CMLM head's projections): all of them train.
+        variables = model.trainable_variables
+        if ranked is not None and chunks > 1:
+            # The loss is differentiated twice: through the ranked embeddings with the other
+            # outputs held constant (cached, chunk by chunk), and through the other outputs
+            # with the embeddings held constant (this tape); the two gradients add up.
+            with tape.stop_recording():
+                held = (None if other is None
+                        else tf.nest.map_structure(tf.stop_gradient, other))
+                ranked_losses, embeddings, cached_grads = gradient_cache.cached_gradients(
+                    _replayable_chunks(ranked, model, optimizer, chunks), chunks,
+                    lambda emb: task.compute_losses(inputs, assemble(held, emb)),
+                    variables, lambda loss: _scale(loss, optimizer))
+            embeddings = tf.nest.map_structure(tf.stop_gradient, embeddings)
+        elif ranked is None:
+            embeddings = None
+        outputs = assemble(other, embeddings)
+        if cached_grads is not None and other is None:
+            losses = ranked_losses  # the same losses: nothing else to differentiate
+        else:
+            losses = task.compute_losses(inputs, outputs)
+        loss = losses["loss"]
+        if model.losses:
+            loss += tf.add_n(model.losses)
+        scaled = _scale(loss, optimizer)
+    grads = tape.gradient(scaled, variables)
+    if cached_grads is not None:
+        grads = [_add(grad, cached) for grad, cached in zip(grads, cached_grads)]
+    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+        grads = optimizer.get_unscaled_gradients(grads)
+    optimizer.apply_gradients(list(zip(grads, variables)))
+    if metrics:
+        task.update_metrics(metrics, inputs, outputs, losses)
+    return {task.loss: loss}
+
+
+def _replayable_chunks(ranked: RankedPart, model: tf_keras.Model, optimizer, chunks: int):
+    """chunk index -> the chunk's embeddings, with dropout masks that both passes of the
+    cached gradient draw alike: one seed per (step, replica, chunk)."""
+    seeded_dropout.make_replayable(model)
+    context = tf.distribute.get_replica_context()
+    step = tf.cast(optimizer.iterations, tf.int64)
+    first_chunk = tf.cast(context.replica_id_in_sync_group * chunks, tf.int64)
+
+    def embed(index):
+        seed = tf.stack([step, first_chunk + tf.cast(index, tf.int64)])
+        with seeded_dropout.dropout_seed(seed):
+            return ranked.embed(gradient_cache.chunk(ranked.features, index, chunks))
+
+    return embed
+
+
+def validation_step(task, inputs, model: tf_keras.Model, metrics=None) -> Dict[str, tf.Tensor]:
+    """The task's losses on `inputs` in inference mode; updates `metrics`."""
+    outputs = model(inputs, training=False)
+    losses = task.compute_losses(inputs, outputs)
+    if metrics:
+        task.update_metrics(metrics, inputs, outputs, losses)
+    return {task.loss: losses["loss"]}
+
+
+def compile_steps(task) -> None:
+    """Makes `task`'s train and validation steps XLA-compiled (`runtime.enable_xla`).
+
+    Model Garden's trainer compiles the train step only, and only on GPUs; a TPU compiles
+    both steps whole, so this runs that code path on any device: each step becomes one
+    `tf.function(jit_compile=True)`, traced inside the trainer's replica function. The
+    inputs must have static shapes (`cmlm_tf.data.pipeline.batch_and_featurize`).
+    """
+    task.train_step = tf.function(task.train_step, jit_compile=True)
+    task.validation_step = tf.function(task.validation_step, jit_compile=True)
