@@ -67,7 +67,9 @@ class Comparison:
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
     """`kind`: retrieval (a split's held-out sets; `pcr` adds the PCR variant), udhr,
-    stsb, stsb_nn (nearest neighbours on STS-B dev pairs scored ≥ `min_score`), spread (of
+    stsb, stsb_nn (nearest neighbours on STS-B dev pairs scored ≥ `min_score`; for both,
+    `pcr` adds the variant without the first principal component of the evaluated
+    sentences), spread (of
     the embeddings of `source`: "bible" or "stsb"), validation (the task's own validation
     metrics of the last stage, `--mode=eval` on its `task.validation_data`)."""
 
@@ -92,7 +94,8 @@ class Panel:
     x_label: str = ""
     reference: str = ""
     curve: str = ""  # "steps" or "cpu": `metric` is a training-summary tag, drawn against
-    # the step or the cumulative training CPU minutes
+    # the step or the cumulative training CPU minutes; "points": `metric` at the claim's
+    # `eval_points`, against the step and the training CPU time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +119,11 @@ class Claim:
     scale_note: str = ""
     results_from: str = ""  # a claim whose runs already evaluate this one
     share_y: bool = False  # one y axis for all panels
+    # Learning curves: every trained arm is evaluated from its own checkpoints at these
+    # fractions of its last stage's steps (the last one 1.0), each an export of the
+    # checkpoint at that step; the comparisons are read at the last point and at equal
+    # training CPU time. Empty: one evaluation of the finished arm.
+    eval_points: Tuple[float, ...] = ()
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -312,34 +320,36 @@ QUEUE = Claim(
 )
 
 _PROSE = "{shared}/english_prose/sentences/*.txt"
+# The six novels and the King James Bible, one chapter per document (the runner writes it).
+_PROSE_AND_BIBLE = _PROSE + ",{data}/bible_chapters.txt"
 
 
-def _cmlm_stage(steps: float = 1.0) -> Stage:
+def _cmlm_stage(steps: float = 1.0, text: str = _PROSE) -> Stage:
     return Stage("cmlm_tf/cmlm", ("configs/cmlm_tiny.yaml", f"{RECIPES}/adamw_tiny.yaml",
                                   f"{RECIPES}/prose_tiny.yaml"),
-                 {"task.train_data.input_path": _PROSE}, steps=steps, init="random")
+                 {"task.train_data.input_path": text}, steps=steps, init="random")
 
 
-def _mlm_stage(steps: float = 1.0) -> Stage:
+def _mlm_stage(steps: float = 1.0, text: str = _PROSE) -> Stage:
     return Stage("cmlm_tf/mlm_tlm", ("configs/mlm_tlm_tiny.yaml", f"{RECIPES}/adamw_tiny.yaml",
                                      f"{RECIPES}/mlm_only_tiny.yaml"),
-                 {"task.train_data.input_path": _PROSE}, steps=steps, init="random")
+                 {"task.train_data.input_path": text}, steps=steps, init="random")
 
 
 CMLM_VS_MLM = Claim(
     name="cmlm_vs_mlm",
-    title="CMLM against MLM at equal compute",
+    title="CMLM against MLM, as learning curves",
     paper=CMLM,
     says="Conditioning the masked LM of a sentence on the vector of the sentence before it "
          "gives better sentence vectors than plain MLM (BERT) trained on the same text "
          "(Tables 1 and 2; on STS-B the CMLM encoder is far ahead of mean-pooled BERT).",
     arms=(
         Arm("untrained", "random initialisation (no training)", export_from="random"),
-        Arm("mlm", "MLM, same steps", stages=(_mlm_stage(1.0),)),
-        Arm("mlm_2x", "MLM, twice the steps", stages=(_mlm_stage(2.0),)),
-        Arm("cmlm", "CMLM", stages=(_cmlm_stage(1.0),)),
+        Arm("mlm", "MLM, same steps", stages=(_mlm_stage(1.0, _PROSE_AND_BIBLE),)),
+        Arm("mlm_2x", "MLM, twice the steps", stages=(_mlm_stage(2.0, _PROSE_AND_BIBLE),)),
+        Arm("cmlm", "CMLM", stages=(_cmlm_stage(1.0, _PROSE_AND_BIBLE),)),
     ),
-    evaluations=(Evaluation("stsb"), Evaluation("stsb_nn", min_score=4.0),
+    evaluations=(Evaluation("stsb", pcr=True), Evaluation("stsb_nn", min_score=4.0, pcr=True),
                  Evaluation("spread", source="stsb")),
     metric="stsb/spearman",
     metric_label="STS-B dev Spearman (cosine of mean-pooled vectors)",
@@ -347,34 +357,51 @@ CMLM_VS_MLM = Claim(
         Comparison("cmlm", "mlm", "CMLM beats MLM at the same steps"),
         Comparison("cmlm", "mlm_2x", "CMLM beats MLM with twice the steps"),
         Comparison("cmlm", "untrained", "CMLM beats the untrained encoder"),
+        Comparison("cmlm", "mlm", "CMLM beats MLM at the same steps, with PCR",
+                   metric="stsb_pcr/spearman"),
         Comparison("cmlm", "mlm", "CMLM's neighbours are better (STS-B pairs ≥ 4)",
-                   metric="stsb_nn/both", control_metric="stsb_nn/both"),
+                   metric="stsb_nn/both"),
+        Comparison("cmlm", "mlm", "CMLM's neighbours are better, with PCR",
+                   metric="stsb_nn_pcr/both"),
     ),
     panels=(Panel("stsb/spearman", ("untrained", "mlm", "mlm_2x", "cmlm"),
-                  "STS-B dev Spearman"),
+                  "STS-B dev Spearman", curve="points"),
+            Panel("stsb_pcr/spearman", ("untrained", "mlm", "mlm_2x", "cmlm"),
+                  "STS-B dev Spearman, PCR", curve="points"),
             Panel("stsb_nn/both", ("untrained", "mlm", "mlm_2x", "cmlm"),
-                  "nearest neighbour: STS-B dev pairs scored ≥ 4")),
-    columns=(("stsb_nn/both", "NN top-1 (pairs ≥ 4)"),
+                  "nearest neighbour, STS-B pairs ≥ 4", curve="points"),
+            Panel("stsb_nn_pcr/both", ("untrained", "mlm", "mlm_2x", "cmlm"),
+                  "nearest neighbour, PCR", curve="points")),
+    columns=(("stsb_pcr/spearman", "STS-B, PCR"), ("stsb_nn/both", "NN top-1 (pairs ≥ 4)"),
+             ("stsb_nn_pcr/both", "NN top-1, PCR"),
              ("spread/mean_cosine", "mean cosine"),
              ("train/masked_lm_accuracy", "MLM acc. (last loop)")),
-    steps=500,
-    needs=("stsb", "prose"),
+    steps=10000,
+    eval_points=(0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0),
+    needs=("stsb", "prose", "bible_chapters"),
     setup="One tiny encoder (`configs/cmlm_tiny.yaml`: 2 layers, hidden 128, the bundled "
           "vocabulary, mean pooling) from a random initialisation shared by the arms of a "
           "seed, trained on Jane Austen's six novels (`english_prose/sentences/`, one "
-          "sentence per line, paragraphs as documents), seq 48, 15 masked tokens per "
-          "sequence (31 %), batch 32, AdamW 1e-3 with 10 % warm-up. CMLM (8 projections) "
+          "sentence per line, paragraphs as documents: 31,480 sentences) and the King James "
+          "Bible (`bible/eng_kjv.txt`, each chapter a document of consecutive verses: "
+          "30,884 verses in 1,184 chapters, written by the runner from `bible/refs.txt`), "
+          "seq 48, 15 masked tokens per sequence (31 %), batch 32, AdamW 1e-3 with 10 % "
+          "warm-up and linear decay to 0 at the arm's last step. CMLM (8 projections) "
           "encodes s1 and predicts the masks of s2; MLM (`cmlm_tf/mlm_tlm` with "
           "`tlm_fraction: 0`) predicts the masks of single sentences. A CMLM step runs the "
-          "encoder twice, so MLM with twice the steps is the equal-compute arm (the CPU time "
-          "column says how equal). Evaluation: STS-B dev (1,500 pairs) and, as a "
-          "nearest-neighbour check, top-1 retrieval between the two sides of the dev pairs "
-          "scored ≥ 4.",
+          "encoder twice, so MLM with twice the steps is the equal-compute arm. Each arm is "
+          "evaluated from its own checkpoints at 5, 10, 20, 40, 60, 80 and 100 % of its "
+          "steps (a training process stops at each point, the checkpoint is exported and "
+          "evaluated, and training resumes from it); the untrained encoder is every arm's "
+          "step 0. Evaluation: STS-B dev (1,500 pairs) and, as a nearest-neighbour check, "
+          "top-1 retrieval between the two sides of the dev pairs scored ≥ 4; each with and "
+          "without PCR (the first principal component of the evaluated sentences' vectors, "
+          "not centred, removed before the cosine).",
     export_seq_length=48,
-    cpu_minutes_per_seed=12.0,
+    cpu_minutes_per_seed=170.0,
     scale_note="The paper trains BERT-base/large for 1M steps at batch 2,048 on Common "
-               "Crawl; this is a 1M-parameter encoder and 64,000 sentences (pairs) of 19th "
-               "century fiction, evaluated on modern STS-B.",
+               "Crawl; this is a 1M-parameter encoder and about 62,000 sentences of 19th "
+               "century fiction and the 1611 Bible, evaluated on modern STS-B.",
 )
 
 
@@ -428,9 +455,10 @@ STRATEGIES = Claim(
     steps=500,
     needs=("bible_split", "stsb", "prose"),
     setup="The tiny encoder of *cmlm_vs_mlm* and *negatives* (same vocabulary and shape), "
-          "a random initialisation shared by the arms of a seed. Stage 1 (CMLM, 2,000 "
-          "steps) is the `cmlm` arm of *cmlm_vs_mlm*, reused; stage 2 trains 500 steps "
-          "of BR (`cmlm_tf/bitext`, AdamW 5e-4) or CMLM+BR (`cmlm_tf/cmlm_bitext`, α 0.2, "
+          "a random initialisation shared by the arms of a seed. Stage 1 is CMLM for 2,000 "
+          "steps with the recipe of *cmlm_vs_mlm* on the six novels alone (both CMLM-first "
+          "arms share it); stage 2 trains 500 steps of BR (`cmlm_tf/bitext`, AdamW 5e-4) "
+          "or CMLM+BR (`cmlm_tf/cmlm_bitext`, α 0.2, "
           "AdamW 1e-3) on the Bible training pairs, batch 32, seq 32 for pairs. The joint arm "
           "trains CMLM+BR for the same 2,500 steps in one stage; BR only trains 500 steps "
           "from the random initialisation. Evaluation: held-out Bible retrieval and STS-B "

@@ -1,12 +1,15 @@
 r"""Evaluates one export for the runner: the claim's evaluations, and its training logs.
 
-    python -m experiments.evaluate --model EXPORT_DIR --spec spec.json --output metrics.json
+    python -m experiments.evaluate --model EXPORT_DIR --spec spec.json --output metrics.json \
+        [--export_checkpoint RUN_DIR/ckpt-N --export_seq_length 48]
 
 `spec.json` holds `evaluations` (`experiments.claims.Evaluation` fields), `data` (the
 runner's prepared data folder), `shared` (the public data sets) and `train_dirs` (the arm's
 training runs, oldest first). Metrics are flat keys (`retrieval/bible_es/src2tgt`,
 `stsb/spearman`, ...); `both` is the mean of the two retrieval directions, `mean` the
 pair-weighted mean over held-out sets. Every number comes from `cmlm_tf.evaluation`.
+`--export_checkpoint` first exports that training checkpoint (`cmlm_tf.export`, the run's
+`params.yaml` beside it) to `--model`, in the same process.
 """
 
 import argparse
@@ -90,27 +93,50 @@ def _read_stsb(shared: str):
     return readers.read_sts(os.path.join(shared, "stsb", "sts-dev.csv"), "stsb")
 
 
-def evaluate_stsb(encode, shared: str) -> Dict[str, float]:
+def _without_first_component(first: np.ndarray, second: np.ndarray):
+    """PCR for one language: the first principal component (not centred) of both sides'
+    vectors together, removed from each."""
+    from cmlm_tf.evaluation.pcr import PCRComponents
+
+    components = PCRComponents.fit({"en": np.concatenate([first, second])})
+    return components.apply(first, "en"), components.apply(second, "en")
+
+
+def evaluate_stsb(encode, shared: str, pcr: bool = False) -> Dict[str, float]:
+    """Spearman and Pearson of the cosines with the gold scores; with `pcr` also
+    `stsb_pcr/...`, the same after PCR fitted on the dev sentences."""
     from cmlm_tf.evaluation import sts
 
     first, second, gold = _read_stsb(shared)
-    scores = sts.sts_correlations(np.asarray(encode(first)), np.asarray(encode(second)), gold)
-    return {"stsb/spearman": scores["spearman"], "stsb/pearson": scores["pearson"],
-            "stsb/num_pairs": scores["num_pairs"]}
+    first, second = np.asarray(encode(first)), np.asarray(encode(second))
+    variants = {"stsb": (first, second)}
+    if pcr:
+        variants["stsb_pcr"] = _without_first_component(first, second)
+    metrics = {}
+    for prefix, (a, b) in variants.items():
+        scores = sts.sts_correlations(a, b, gold)
+        metrics.update({f"{prefix}/spearman": scores["spearman"],
+                        f"{prefix}/pearson": scores["pearson"],
+                        f"{prefix}/num_pairs": scores["num_pairs"]})
+    return metrics
 
 
-def evaluate_stsb_nn(encode, shared: str, min_score: float) -> Dict[str, float]:
+def evaluate_stsb_nn(encode, shared: str, min_score: float, pcr: bool = False
+                     ) -> Dict[str, float]:
     """Top-1 retrieval between the two sides of the STS-B dev pairs scored ≥ `min_score`:
-    is a sentence's nearest neighbour among the other sides its near-paraphrase?"""
+    is a sentence's nearest neighbour among the other sides its near-paraphrase? With `pcr`
+    also `stsb_nn_pcr/...`, after PCR fitted on those sentences."""
     from cmlm_tf.evaluation import retrieval
 
     first, second, gold = _read_stsb(shared)
     keep = np.asarray(gold) >= min_score
-    first = [text for text, kept in zip(first, keep) if kept]
-    second = [text for text, kept in zip(second, keep) if kept]
-    scores = _both(retrieval.retrieval_accuracy(np.asarray(encode(first)),
-                                                np.asarray(encode(second))))
-    return {f"stsb_nn/{key}": value for key, value in scores.items()}
+    first = np.asarray(encode([text for text, kept in zip(first, keep) if kept]))
+    second = np.asarray(encode([text for text, kept in zip(second, keep) if kept]))
+    variants = {"stsb_nn": (first, second)}
+    if pcr:
+        variants["stsb_nn_pcr"] = _without_first_component(first, second)
+    return {f"{prefix}/{key}": value for prefix, (a, b) in variants.items()
+            for key, value in _both(retrieval.retrieval_accuracy(a, b)).items()}
 
 
 def spread(vectors: np.ndarray) -> Dict[str, float]:
@@ -175,9 +201,10 @@ def run(model_dir: str, spec: dict) -> dict:
             metrics.update(evaluate_udhr(encode, os.path.join(shared, "udhr"),
                                          evaluation["langs"]))
         elif kind == "stsb":
-            metrics.update(evaluate_stsb(encode, shared))
+            metrics.update(evaluate_stsb(encode, shared, evaluation.get("pcr", False)))
         elif kind == "stsb_nn":
-            metrics.update(evaluate_stsb_nn(encode, shared, evaluation["min_score"]))
+            metrics.update(evaluate_stsb_nn(encode, shared, evaluation["min_score"],
+                                            evaluation.get("pcr", False)))
         elif kind == "spread":
             metrics.update(evaluate_spread(encode, evaluation["source"], data, shared))
         elif kind == "validation":
@@ -203,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True)
     parser.add_argument("--spec", required=True)
     parser.add_argument("--output", required=True)
+    parser.add_argument("--export_checkpoint",
+                        help="export this training checkpoint to --model first")
+    parser.add_argument("--export_seq_length", type=int)
     return parser
 
 
@@ -210,6 +240,12 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     with open(args.spec, encoding="utf-8") as f:
         spec = json.load(f)
+    if args.export_checkpoint:
+        from cmlm_tf.export import export_lib
+
+        export_lib.export(args.model, model_dir=os.path.dirname(args.export_checkpoint),
+                          checkpoint=args.export_checkpoint,
+                          seq_length=args.export_seq_length, overwrite=True)
     report = run(args.model, spec)
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from experiments import claims as claims_lib
 from experiments import stats
 
@@ -55,9 +57,23 @@ def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None
                        for stage in result["stages"]],
             "command": result["command"], "machine": result["machine"],
             "git_commit": result["git_commit"], "finished": result["finished"]})
-    if not records:
+    points = []
+    pattern = os.path.join(results, claim.name, f"steps{steps}", "*", "seed*", "points",
+                           "step*.json")
+    for path in sorted(glob.glob(pattern)):
+        if not os.path.basename(path)[len("step"):-len(".json")].isdigit():
+            continue  # the point's evaluation output and spec
+        with open(path, encoding="utf-8") as f:
+            point = json.load(f)
+        points.append({key: point[key] for key in (
+            "arm", "seed", "step", "steps", "fraction", "train_cpu_seconds", "cpu_seconds",
+            "metrics")})
+    if not records and not points:
         return None
-    return {"claim": claim.name, "steps": steps, "records": records}
+    summary = {"claim": claim.name, "steps": steps, "records": records}
+    if claim.eval_points:
+        summary["points"] = points
+    return summary
 
 
 # ---------------------------------------------------------------------------------------
@@ -69,16 +85,98 @@ class ClaimResults:
 
     def __init__(self, claim: claims_lib.Claim, summary: dict):
         self.claim = claim
+        self.steps = summary.get("steps", claim.steps)
+        # A summary of learning curves (an older one of the same claim has one point each).
+        self.has_curves = bool(claim.eval_points) and "points" in summary
         self.records = summary["records"]
         self.by_arm: Dict[str, Dict[int, dict]] = {}
         for record in self.records:
             self.by_arm.setdefault(record["arm"], {})[record["seed"]] = record
+        # Learning curves: arm -> seed -> points by step (an arm without stages: its one
+        # evaluation, at step 0 and no training CPU).
+        self.curves: Dict[str, Dict[int, List[dict]]] = {}
+        for point in sorted(summary.get("points", []), key=lambda p: p["step"]):
+            self.curves.setdefault(point["arm"], {}).setdefault(point["seed"], []).append(point)
+        if self.has_curves:
+            for arm in claim.arms:
+                if not arm.stages:
+                    for seed, record in self.by_arm.get(arm.name, {}).items():
+                        self.curves.setdefault(arm.name, {})[seed] = [
+                            {"arm": arm.name, "seed": seed, "step": 0, "steps": 0,
+                             "fraction": None, "train_cpu_seconds": 0.0,
+                             "cpu_seconds": record["cpu_seconds"],
+                             "metrics": record["metrics"]}]
+        self.by_arm.update({arm: {seed: points[-1] for seed, points in seeds.items()}
+                            for arm, seeds in self.curves.items()})
 
     def values(self, arm: str, metric: str) -> Dict[int, float]:
+        """Each seed's value (for a learning curve: at the seed's last evaluated point)."""
         arm = self.resolve(arm)
         return {seed: record["metrics"][metric]
                 for seed, record in self.by_arm.get(arm, {}).items()
                 if metric in record["metrics"]}
+
+    def is_curve(self, arm: str) -> bool:
+        """An arm with a learning curve (trained, evaluated at several points)."""
+        try:
+            return bool(self.has_curves and self.claim.arm(arm).stages)
+        except KeyError:
+            return False
+
+    def at_fraction(self, arm: str, metric: str, fraction: float) -> Dict[int, float]:
+        """Each seed's value at the point `fraction` of the arm's steps (an arm without a
+        curve: its one value)."""
+        if not self.is_curve(arm):
+            return self.values(arm, metric)
+        return {seed: point["metrics"][metric] for seed, points in
+                self.curves.get(arm, {}).items() for point in points
+                if abs(point["fraction"] - fraction) < 1e-9 and metric in point["metrics"]}
+
+    def last_common_fraction(self, treatment: str, control: str, metric: str,
+                             control_metric: str) -> Optional[float]:
+        """The latest fraction of the steps with the most seeds evaluated in both arms."""
+        fractions = {point["fraction"] for arm in (treatment, control) if self.is_curve(arm)
+                     for points in self.curves.get(arm, {}).values() for point in points}
+        best, best_n = None, 0
+        for fraction in sorted(fractions):
+            n = len(set(self.at_fraction(treatment, metric, fraction))
+                    & set(self.at_fraction(control, control_metric, fraction)))
+            if n and n >= best_n:
+                best, best_n = fraction, n
+        return best
+
+    def cpu_curve(self, arm: str, seed: int, metric: str) -> List[Tuple[float, float]]:
+        """(training CPU seconds, value) of the seed's points, from step 0 (the untrained
+        arm's value of the seed, which shares the initialisation) when there is one."""
+        points = [(p["train_cpu_seconds"], p["metrics"][metric])
+                  for p in self.curves.get(arm, {}).get(seed, []) if metric in p["metrics"]]
+        start = [(0.0, p["metrics"][metric]) for name in self.curves
+                 if not self.is_curve(name) and self.has_curves
+                 for p in self.curves[name].get(seed, []) if metric in p["metrics"]]
+        return start[:1] + points
+
+    def equal_cpu(self, comparison: claims_lib.Comparison) -> Tuple[dict, str, float]:
+        """The comparison at equal training CPU time: per seed, both arms' curves linearly
+        interpolated at the larger CPU time both reached; returns the paired difference,
+        its verdict and the mean of those CPU times (seconds)."""
+        metric = comparison.metric or self.claim.metric
+        control_metric = comparison.control_metric or metric
+        treatment, control, budgets = {}, {}, []
+        seeds = set(self.curves.get(comparison.treatment, {})) & \
+            set(self.curves.get(comparison.control, {}))
+        for seed in sorted(seeds):
+            a = self.cpu_curve(comparison.treatment, seed, metric)
+            b = self.cpu_curve(comparison.control, seed, control_metric)
+            if len(a) < 2 or len(b) < 2:
+                continue
+            budget = min(a[-1][0], b[-1][0])
+            treatment[seed] = float(np.interp(budget, *zip(*a)))
+            control[seed] = float(np.interp(budget, *zip(*b)))
+            budgets.append(budget)
+        difference = stats.paired_difference(treatment, control)
+        return (difference, stats.verdict(difference, comparison.direction,
+                                          comparison.tolerance),
+                float(np.mean(budgets)) if budgets else float("nan"))
 
     def resolve(self, arm: str) -> str:
         """`BEST_QUEUE`: the queue arm with the best mean of the claim's metric."""
@@ -104,19 +202,43 @@ class ClaimResults:
             return False
 
     def comparison(self, comparison: claims_lib.Comparison) -> Tuple[dict, str]:
+        """Paired by seed; for learning curves at the last point both arms reached (the same
+        fraction of each arm's steps: `difference["fraction"]`)."""
         metric = comparison.metric or self.claim.metric
         control_metric = comparison.control_metric or metric
+        treatment = self.values(comparison.treatment, metric)
+        control = self.values(comparison.control, control_metric)
+        fraction = None
+        if self.is_curve(comparison.treatment) or self.is_curve(comparison.control):
+            fraction = self.last_common_fraction(comparison.treatment, comparison.control,
+                                                 metric, control_metric)
+            if fraction is not None:
+                treatment = self.at_fraction(comparison.treatment, metric, fraction)
+                control = self.at_fraction(comparison.control, control_metric, fraction)
+            elif any(self.curves.get(arm) for arm in (comparison.treatment, comparison.control)
+                     if self.is_curve(arm)):
+                treatment, control = {}, {}  # no point in common yet
         difference = stats.paired_difference(
-            self.values(comparison.treatment, metric),
-            self.values(comparison.control, control_metric),
-            control_is_fixed=self.is_fixed(comparison.control))
+            treatment, control, control_is_fixed=self.is_fixed(comparison.control))
+        difference["fraction"] = fraction
         return difference, stats.verdict(difference, comparison.direction,
                                          comparison.tolerance)
 
     def cpu_minutes(self, arm: Optional[str] = None) -> float:
-        records = self.records if arm is None else self.by_arm.get(self.resolve(arm),
-                                                                   {}).values()
-        return sum(r["cpu_seconds"]["total"] for r in records) / 60
+        """Recorded CPU time; for a curve still running, its points so far (training up to
+        the last point, and every export and evaluation)."""
+        arms = [self.resolve(arm)] if arm else sorted(self.by_arm)
+        total = 0.0
+        for name in arms:
+            for seed, record in self.by_arm.get(name, {}).items():
+                points = self.curves.get(name, {}).get(seed) if self.is_curve(name) else None
+                finished = [r for r in self.records if r["arm"] == name and r["seed"] == seed]
+                if finished or not points:
+                    total += (finished[0] if finished else record)["cpu_seconds"]["total"]
+                else:
+                    total += max(p["train_cpu_seconds"] for p in points) + sum(
+                        sum(p["cpu_seconds"].values()) for p in points)
+        return total / 60
 
     def commands(self) -> List[str]:
         return sorted({r["command"] for r in self.records})
@@ -155,10 +277,13 @@ def plot(results: ClaimResults, path: str) -> None:
     import matplotlib.pyplot as plt
 
     panels = results.claim.panels
+    if results.has_curves:
+        _plot_learning_curves(plt, results, path)
+        return
     figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8),
                                 squeeze=False, sharey=results.claim.share_y)
     for axis, panel in zip(axes[0], panels):
-        if panel.curve:
+        if panel.curve in ("steps", "cpu"):
             _plot_curves(axis, results, panel)
             continue
         arms = [arm for arm in panel.arms if results.values(arm, panel.metric)]
@@ -207,6 +332,62 @@ def plot(results: ClaimResults, path: str) -> None:
     figure.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _plot_learning_curves(plt, results: ClaimResults, path: str) -> None:
+    """Each panel's metric per arm, mean ± s.e. over seeds at every evaluated checkpoint
+    (thin lines: each seed), against the step (top row) and against training CPU minutes
+    (bottom row); an arm without training is a dashed line at its mean."""
+    panels = results.claim.panels
+    figure, axes = plt.subplots(2, len(panels), figsize=(4.4 * len(panels), 7.2),
+                                squeeze=False)
+    for column, panel in enumerate(panels):
+        for row, x_key in enumerate(("step", "cpu")):
+            axis = axes[row][column]
+            for colour, arm in zip(("C0", "C1", "C2", "C3", "C4"), panel.arms):
+                if not results.is_curve(arm):
+                    values = list(results.values(arm, panel.metric).values())
+                    if values:
+                        axis.axhline(sum(values) / len(values), color="0.4", linestyle="--",
+                                     linewidth=1, label=results.label(arm))
+                    continue
+                seeds = results.curves.get(arm, {})
+                by_x: Dict[int, List[Tuple[float, float]]] = {}
+                for points in seeds.values():
+                    xs, ys = [], []
+                    for point in points:
+                        if panel.metric not in point["metrics"]:
+                            continue
+                        x = point["step"] if x_key == "step" else \
+                            point["train_cpu_seconds"] / 60
+                        xs.append(x)
+                        ys.append(point["metrics"][panel.metric])
+                        by_x.setdefault(point["step"], []).append((x, ys[-1]))
+                    axis.plot(xs, ys, color=colour, linewidth=0.6, alpha=0.35)
+                if not by_x:
+                    continue
+                steps = sorted(by_x)
+                xs = [float(np.mean([x for x, _ in by_x[step]])) for step in steps]
+                summaries = [stats.summary([y for _, y in by_x[step]]) for step in steps]
+                axis.errorbar(xs, [s["mean"] for s in summaries],
+                              yerr=[0.0 if math.isnan(s["se"]) else s["se"]
+                                    for s in summaries],
+                              color=colour, fmt="o-", markersize=3, capsize=3, linewidth=1.2,
+                              label=results.label(arm))
+            axis.set_xlabel("training step" if x_key == "step" else
+                            "training CPU minutes (mean over seeds)", fontsize=8)
+            axis.set_ylabel(METRIC_NAMES.get(panel.metric)
+                            or _metric_label(results.claim, panel.metric), fontsize=8)
+            axis.set_title(panel.title, fontsize=9)
+            axis.grid(alpha=0.3)
+            if column == 0:
+                axis.legend(fontsize=7, loc="best")
+    figure.suptitle(f"{results.claim.title}: mean ± s.e. over seeds at each checkpoint "
+                    "(thin: each seed)", fontsize=10)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
@@ -267,6 +448,8 @@ METRIC_NAMES = {
     "udhr/mean/both": "UDHR retrieval, mean of both directions",
     "stsb/spearman": "STS-B dev Spearman",
     "stsb_nn/both": "nearest-neighbour top-1, STS-B pairs ≥ 4",
+    "stsb_pcr/spearman": "STS-B dev Spearman, PCR",
+    "stsb_nn_pcr/both": "nearest-neighbour top-1, PCR",
     "spread/embedding_std": "std per dimension (held-out)",
 }
 
@@ -312,10 +495,14 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
     lines = [f"## {number}. {claim.title} (`{claim.name}`)", ""]
     lines += [f"*{claim.paper}*: {claim.says}", ""]
     lines += [f"**Setup.** {claim.setup}", ""]
+    if results.steps != claim.steps:
+        lines += [f"**Steps.** The runs below are at `--steps {results.steps}` (the claim's "
+                  f"default is {claim.steps:,}; step counts above scale with it).", ""]
     if claim.results_from:
         lines += [f"The numbers come from the exports of *{claim.results_from}*; no "
                   "training of its own.", ""]
-    commands = results.commands()
+    commands = results.commands() or [
+        f"python -m experiments.run --claim {claim.name} --seeds 3"]
     lines += ["**Command** (from the repository root; niced on a shared machine):", "",
               "```bash"] + commands + ["python -m experiments.report", "```", ""]
     # Arms table
@@ -348,24 +535,98 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
         effect = _signed(difference["mean"])
         if difference["n"] > 1:
             effect += f" ± {_fmt(difference['se'])}"
+        if difference.get("fraction") is not None:
+            says += f" (at {_fraction(difference['fraction'])} of the steps)"
         lines.append(f"| {says} | {effect} | {interval} | {difference['n']} | "
                      f"**{verdict}** |")
     lines.append("")
+    if results.has_curves:
+        lines += render_curves(results)
     if verdicts:
         first, difference, verdict = verdicts[0]
         metric_label = _metric_label(claim, first.metric or claim.metric)
+        at = "" if difference.get("fraction") is None else \
+            f", at {_fraction(difference['fraction'])} of the steps"
         lines += [f"**Verdict: {verdict}** for the main comparison ({first.says}): "
                   f"{_signed(difference['mean'])} ± {_fmt(difference['se'])} "
-                  f"({metric_label}, {difference['n']} seeds).", ""]
+                  f"({metric_label}, {difference['n']} seeds{at}).", ""]
     if claim.scale_note:
         lines += [f"**Scale.** {claim.scale_note}", ""]
     if reading:
         lines += [f"**Reading.** {' '.join(reading.split())}", ""]
     total = results.cpu_minutes()
-    lines += [f"**CPU time:** {_fmt(total, 1)} min for the {len(results.records)} runs above "
-              f"({'; '.join(results.machines())}).", ""]
+    runs = sum(len(seeds) for seeds in results.by_arm.values())
+    machines = f" ({'; '.join(results.machines())})" if results.machines() else ""
+    lines += [f"**CPU time:** {_fmt(total, 1)} min for the {runs} runs above{machines}.", ""]
     relative = os.path.relpath(plot_path, os.path.dirname(doc))
     lines += [f"![{claim.title}]({relative})", ""]
+    return lines
+
+
+def _fraction(fraction: float) -> str:
+    return f"{100 * fraction:g} %"
+
+
+def render_curves(results: ClaimResults) -> List[str]:
+    """A learning-curve claim: how far the runs are, the comparisons at equal training CPU
+    time, and the curves as a table."""
+    claim = results.claim
+    lines = []
+    progress = []
+    for arm in claim.arms:
+        seeds = results.curves.get(arm.name, {})
+        if arm.stages:
+            counts = ", ".join(f"{len(seeds[seed])}" for seed in sorted(seeds))
+            progress.append(f"{arm.label}: {len(seeds)} seeds, "
+                            f"{counts or 0} of {len(claim.eval_points)} points")
+        else:
+            progress.append(f"{arm.label}: {len(seeds)} seeds")
+    lines += ["**Runs so far.** " + "; ".join(progress) + ". The last-point comparisons "
+              "above use, for each comparison, the latest fraction of the steps with the most "
+              "seeds evaluated in both arms (the full run when every seed is done).", ""]
+    rows = []
+    for comparison in claim.comparisons:
+        if not (results.is_curve(comparison.treatment) and
+                results.is_curve(comparison.control)):
+            continue
+        difference, verdict, budget = results.equal_cpu(comparison)
+        interval = "—" if math.isnan(difference["low"]) else \
+            f"[{_signed(difference['low'])}, {_signed(difference['high'])}]"
+        effect = _signed(difference["mean"])
+        if difference["n"] > 1:
+            effect += f" ± {_fmt(difference['se'])}"
+        rows.append(f"| {comparison.says} | {_fmt(budget / 60, 1)} | {effect} | {interval} | "
+                    f"{difference['n']} | **{verdict}** |")
+    if rows:
+        lines += ["**At equal training CPU time.** For each seed, both arms' curves "
+                  "(training CPU time of the checkpoint, metric) are interpolated linearly "
+                  "at the larger CPU time both reached, from the untrained encoder at 0; "
+                  "earlier points are checkpoints in the middle of a schedule whose learning "
+                  "rate decays to 0 only at the arm's last step.", "",
+                  "| comparison | training CPU min (mean) | effect, mean ± s.e. | "
+                  "95 % interval | seeds | verdict |",
+                  "| --- | ---: | ---: | ---: | ---: | --- |"] + rows + [""]
+    metrics = [panel.metric for panel in claim.panels if panel.curve == "points"]
+    header = ["arm", "step", "seeds", "training CPU min"] + \
+        [METRIC_NAMES.get(m) or _metric_label(claim, m) for m in metrics]
+    table = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+    for arm in claim.arms:
+        by_step: Dict[int, List[dict]] = {}
+        for points in results.curves.get(arm.name, {}).values():
+            for point in points:
+                by_step.setdefault(point["step"], []).append(point)
+        for step in sorted(by_step):
+            points = by_step[step]
+            cpu = stats.summary([p["train_cpu_seconds"] / 60 for p in points])["mean"]
+            cells = [arm.label, f"{step:,}", str(len(points)), _fmt(cpu, 1)]
+            cells += [_mean_se({p["seed"]: p["metrics"][m] for p in points
+                                if m in p["metrics"]}) for m in metrics]
+            table.append("| " + " | ".join(cells) + " |")
+    lines += ["**The curves** (mean ± s.e. over seeds at each evaluated checkpoint; training "
+              "CPU time is user + system time of the arm's training processes up to that "
+              "checkpoint, each stop and restart at an evaluation point included):", ""]
+    lines += table + [""]
     return lines
 
 

