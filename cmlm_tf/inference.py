@@ -1,12 +1,14 @@
 """`cmlm_tf.load(export_dir).encode(texts)`: fast batched sentence embeddings in Python.
 
 `load` opens the export's `serving/1` model and calls the functions the exporter saved in it
-(`cmlm_tf.export.serving.ServingModule`): `tokenize`, and the inference forward
-`pooled_float32` / `pooled_bfloat16` that `serving_default` also runs. What stays in Python
-is the batching: texts are tokenised, sorted by token count, batched, and each batch is
-padded only to its length bucket (`bucket_length`), not to `seq_length`. Each (rows, bucket)
-shape runs one graph, built once and reused; `jit_compile=True` XLA-compiles it (off by
-default: the saved graphs ran faster, docs/results.md).
+(`cmlm_tf.export.serving.ServingModule`): `tokenize`, and the inference forward that
+`serving_default` also runs (`bucketed_*`, or the plain `pooled_*`). What stays in Python
+is the batching: texts are tokenised, sorted by token count and batched. Each batch runs
+`bucketed_float32` / `bucketed_bfloat16`, which sort it again inside the graph and run it in
+sub-batches padded only to their own longest text, as `serving_default` does. With
+`jit_compile=True` each batch is instead padded to its length bucket (`bucket_length`) and
+row count (`bucket_rows`) and runs the plain forward XLA-compiled, one graph per shape,
+built once and reused (off by default: the saved graphs ran faster, docs/results.md).
 """
 
 import json
@@ -243,6 +245,8 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
                                    "applied": True}
         self._serving = serving
         self._pooled = getattr(serving, f"pooled_{precision}", None)
+        # Exports written before the length buckets have only the plain forward.
+        self._bucketed = getattr(serving, f"bucketed_{precision}", None)
         if self._pooled is None:
             raise ValueError(f"{export_dir}: the export has no {precision} forward "
                              f"(it has {metadata.get('precisions')})")
@@ -305,8 +309,9 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
                convert_to_tensor: bool = False, **mteb_call):
         """Embeds `texts`; returns float32 [n, dim] in input order (one string: [dim]).
 
-        Texts are sorted by token count before batching and each batch is padded to its
-        length bucket, so batches pad little and reuse one graph per bucket. Texts longer
+        Texts are sorted by token count before batching, and each batch runs in
+        sub-batches padded to their own longest text (with `jit_compile`: padded to its
+        length bucket, one compiled graph per bucket), so batches pad little. Texts longer
         than `seq_length` tokens are truncated. `bytes` are decoded as UTF-8 with
         replacement (invalid bytes and lone surrogates become U+FFFD); another item type, a
         dict or a set raises TypeError. `show_progress=None` shows a progress bar when
@@ -401,8 +406,11 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
                       for key in ("input_word_ids", "input_mask", "input_type_ids")]
             lengths = arrays[1].sum(axis=1)
             for rows in sorted_batches(lengths, batch_size):
-                length = bucket_length(int(lengths[rows].max()), self.seq_length)
-                padded_rows = bucket_rows(len(rows), batch_size)
+                length, padded_rows = int(lengths[rows].max()), len(rows)
+                if self.jit_compile or self._bucketed is None:
+                    # One graph per shape (XLA; an older export's plain forward): few shapes.
+                    length = bucket_length(length, self.seq_length)
+                    padded_rows = bucket_rows(len(rows), batch_size)
                 batch = []
                 for array in arrays:
                     padded = np.zeros([padded_rows, length], np.int32)
@@ -413,9 +421,10 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
                 yield chunk_index[rows], pooled[:len(rows)]
 
     def _graph(self, rows: int, length: int):
-        """The forward for one bucket: the saved function, or its XLA compilation."""
+        """The forward for one bucket: the saved length-bucketed function, or the plain
+        forward XLA-compiled for this shape."""
         if not self.jit_compile:
-            return self._pooled
+            return self._bucketed or self._pooled
         key = (rows, length)
         if key not in self._graphs:
             import tensorflow as tf

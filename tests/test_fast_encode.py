@@ -27,8 +27,9 @@ def fp32_model(tiny_export):
 
 
 def reference_vectors(model, texts, key):
-    """The saved functions in one unbucketed call, padded to the longest text:
-    `serving_default` for `embeddings`, tokenize + the float32 forward for `pooled_output`."""
+    """The saved functions in one call for all texts: `serving_default` for `embeddings`
+    (which cuts the request into its own length buckets in the graph), tokenize + the plain
+    float32 forward, padded to the longest text, for `pooled_output`."""
     import tensorflow as tf
 
     serving = model._serving
@@ -55,11 +56,32 @@ def test_input_order_is_preserved(fp32_model):
     vectors = fp32_model.encode(TEXTS, batch_size=2)
     shuffled = fp32_model.encode([TEXTS[i] for i in permutation], batch_size=2)
     np.testing.assert_allclose(shuffled, vectors[permutation], atol=2e-5)
-    # Each row is its own text's vector, as one unbucketed call of the signature gives it.
+    # Each row is its own text's vector, as one call of the signature gives it.
     np.testing.assert_allclose(vectors, reference_vectors(fp32_model, TEXTS, "embeddings"),
                                atol=2e-5)
     # Distinct texts get distinct vectors, so a reordering could not go unnoticed.
     assert np.abs(vectors[0] - vectors[1]).max() > 1e-3
+
+
+def test_length_buckets_in_the_graph_equal_one_text_at_a_time(tiny_export):
+    """The default path: each batch runs `bucketed_float32`, which sorts it again and runs
+    it in sub-batches of 16 rows padded to their own longest text."""
+    model = cmlm_tf.load(str(tiny_export))
+    calls = []
+    bucketed = model._bucketed
+    model._bucketed = lambda *ids: calls.append(ids[0].shape) or bucketed(*ids)
+    alone = {text: model.encode(text) for text in TEXTS}
+    same_length = ["the dog", "a cat", "blue car", "good day", "the house"] * 4
+    alone.update({text: model.encode([text])[0] for text in same_length})
+    one_long = ["hello"] * 9 + [TEXTS[3]] + ["blue car", "the dog"] * 5
+    for texts in (TEXTS * 3, same_length, one_long):
+        expected = np.stack([alone[text] for text in texts])
+        for batch_size in (64, 7):
+            vectors = model.encode(texts, batch_size=batch_size)
+            assert (vectors * expected).sum(axis=1).min() >= 0.99999, (texts, batch_size)
+    # Each batch went to the graph whole, trimmed to its longest text but not padded.
+    assert calls[-1] == (len(one_long) - 14, 3) and (27, 12) in calls  # 3: [CLS] hello [SEP]
+    assert model.encode([]).shape == (0, 32)
 
 
 def test_bfloat16_within_tolerance_of_float32(tiny_export, fp32_model):

@@ -64,6 +64,103 @@ def test_forward_equals_the_keras_encoder(overrides):
     np.testing.assert_allclose(forward(**inputs).numpy(), actual, atol=0)
 
 
+class _RecordingForward(inference_forward.InferenceForward):
+    """An inference forward that records the [rows, seq] shape of each call."""
+
+    def __init__(self, encoder):
+        super().__init__(encoder, precisions=("float32",))
+        self.calls = []
+
+    def __call__(self, input_word_ids, *args, **kwargs):
+        self.calls.append(tuple(input_word_ids.shape))
+        return super().__call__(input_word_ids, *args, **kwargs)
+
+
+def test_length_buckets_trim_each_sub_batch_and_keep_the_order():
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(4)
+    encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(60))
+    forward = _RecordingForward(encoder)
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(2, 9, size=21)
+    lengths[7] = 20  # one long row among short ones
+    ids = rng.integers(5, 60, size=[21, 24]).astype(np.int32)
+    mask = (np.arange(24) < lengths[:, None]).astype(np.int32)
+    ids[mask == 0] = 0
+    types = np.zeros_like(ids)
+    bucketed = forward.in_length_buckets(ids, mask, types, bucket_rows=8).numpy()
+    # Eager: the loop ran in Python, one forward per sub-batch of 8 sorted rows, each
+    # trimmed to its own longest row.
+    longest_first = np.sort(lengths)[::-1]
+    assert forward.calls == [(8, 20), (8, int(longest_first[8])), (5, int(longest_first[16]))]
+    whole = forward(ids, mask, types).numpy()
+    np.testing.assert_allclose(bucketed, whole, atol=1e-5)
+    alone = np.concatenate([forward(ids[i:i + 1, :n], mask[i:i + 1, :n], types[i:i + 1, :n])
+                            for i, n in enumerate(lengths)])
+    np.testing.assert_allclose(bucketed, alone, atol=1e-5)
+    # A mask with a hole keeps every token up to its last unmasked one.
+    mask[0, 1] = 0
+    np.testing.assert_allclose(forward.in_length_buckets(ids, mask, types).numpy()[0],
+                               forward(ids, mask, types).numpy()[0], atol=1e-5)
+    empty = forward.in_length_buckets(*[np.zeros([0, 5], np.int32)] * 3)
+    assert empty.shape == (0, forward.output_dim)
+
+
+def _cosines(a, b):
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+# Requests of odd composition: each is served in length buckets of 16 rows.
+# Words of one token each in the tiny vocabulary: every `SAME_LENGTH` text has 4 tokens.
+SAME_LENGTH = [f"the {word}" for word in ("man", "woman", "child", "dog", "cat", "horse",
+                                          "guitar", "flute", "onion", "snake", "mouse", "house",
+                                          "car", "day", "night", "world", "hello")]
+COMPOSITIONS = {
+    "one long among short": ["a dog", "the red car", "hello", "a cat is running"] * 3
+    + ["the woman is slicing an onion . the man is playing"] + ["good day", "blue"] * 3,
+    "all the same length": SAME_LENGTH,
+    "one": ["the man is playing a guitar ."],
+}
+
+
+def test_serving_default_in_buckets_equals_one_sentence_at_a_time(tiny_export):
+    serving = tf.saved_model.load(str(tiny_export / "serving" / "1"))
+    signature = serving.signatures["serving_default"]
+
+    def embed(sentences):
+        return signature(sentences=tf.constant(sentences, tf.string))["embeddings"].numpy()
+
+    alone = {text: embed([text])[0] for texts in COMPOSITIONS.values() for text in texts}
+    # Distinct texts, distinct vectors: a row served in another's place cannot pass.
+    assert len({vector.round(4).tobytes() for vector in alone.values()}) == len(alone)
+    for name, texts in COMPOSITIONS.items():
+        for request in (texts, texts[::-1]):
+            expected = np.stack([alone[text] for text in request])
+            assert _cosines(embed(request), expected).min() >= 0.99999, name
+            assert _cosines(serving(tf.constant(request)).numpy(), expected).min() >= 0.99999
+    assert embed([]).shape == (0, 32)
+
+
+def test_minilm_serving_default_in_buckets_equals_one_sentence_at_a_time(minilm_export,
+                                                                           golden):
+    """The real weights, on the golden sentences (empty, whitespace, emoji, CJK) mixed with
+    one long text, in several orders."""
+    sentences, _ = golden
+    long_text = " ".join(sentences)
+    signature = tf.saved_model.load(str(minilm_export / "serving" / "1")).signatures[
+        "serving_default"]
+
+    def embed(texts):
+        return signature(sentences=tf.constant(texts, tf.string))["embeddings"].numpy()
+
+    texts = sentences + [long_text] + sentences[::-1]
+    alone = np.concatenate([embed([text]) for text in sentences + [long_text]])
+    expected = np.concatenate([alone[:-1], alone[-1:], alone[:-1][::-1]])
+    assert _cosines(embed(texts), expected).min() >= 0.99999
+    assert _cosines(embed(texts[::-1]), expected[::-1]).min() >= 0.99999
+
+
 def test_export_refuses_a_forward_that_disagrees(tmp_path, tiny_run_dir, monkeypatch):
     from cmlm_tf.export import export_lib
 
@@ -85,6 +182,7 @@ def test_serving_runs_the_saved_forward_without_xla(tiny_export):
     # No XLA (TF Serving runs it only with --xla_cpu_compilation_enabled), and no Keras
     # BertEncoderV2 graph: the fused query/key/value matmul of the inference forward.
     assert not any("Xla" in op for op in ops)
+    assert ops & {"While", "StatelessWhile"}  # the length-bucket loop of every request
     meta = json.loads((tiny_export / "cmlm_tf_export.json").read_text())
     assert meta["custom_ops"]["serving"] == ["FastBertNormalize",
                                              "FastWordpieceTokenizeWithOffsets"]

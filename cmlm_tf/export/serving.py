@@ -5,6 +5,12 @@ Its signatures are what TF Serving, `TFSMLayer` and `tf.saved_model.load` users 
 root call is what `hub.KerasLayer("serving/1")` calls, and its other functions are what
 `cmlm_tf.load()` calls. Nothing in it needs XLA.
 
+Every request runs in length buckets (`InferenceForward.in_length_buckets`): its rows are
+sorted by token count, cut into sub-batches of `bucket_rows` rows (default
+`inference_forward.BUCKET_ROWS`, 16), each padded only to its own longest row, and the
+vectors come back in input order. The plan is part of the traced graph, so a server runs it
+with no Python; each vector equals the one its text gets alone, up to float rounding.
+
 Every function checks its inputs in the graph, before any tokenizer op or gather runs: a
 called signature does not enforce its declared shapes, and the tokenizer ops crash the
 process on a scalar string (TF Serving's columnar request with a bare string sends one). A
@@ -18,7 +24,7 @@ from typing import Dict
 import tensorflow as tf
 
 from cmlm_tf import tokenization
-from cmlm_tf.modeling.inference_forward import InferenceForward
+from cmlm_tf.modeling.inference_forward import BUCKET_ROWS, InferenceForward
 from cmlm_tf.modeling.sentence_encoder import INPUT_KEYS
 from cmlm_tf.vectors import l2_normalize
 
@@ -55,30 +61,42 @@ class ServingModule(tf.Module):
         from_token_ids: `input_word_ids`, `input_mask`, `input_type_ids` int32
             [batch, seq] -> `embeddings`.
 
+    Both signatures and the root call run the request in length buckets of `bucket_rows`
+    rows (`InferenceForward.in_length_buckets`).
+
     Functions for `cmlm_tf.load()`:
         tokenize: strings [batch] -> dict of int32 [batch, longest] token ids.
-        pooled_float32, pooled_bfloat16: token ids -> float32 [batch, dim], not normalised.
+        pooled_float32, pooled_bfloat16: token ids -> float32 [batch, dim], not normalised;
+            the whole batch in one forward (one shape per call: what XLA compiles).
+        bucketed_float32, bucketed_bfloat16: the same in length buckets, as the signatures
+            run it.
         describe: no input -> `dim`, `seq_length`, `vocab_size` (int32 scalars), `pooling`,
             `hidden_activation` (strings): what the model itself computes, so a loader need
             not trust the metadata file.
     """
 
-    def __init__(self, forward: InferenceForward, tokenizer, seq_length: int):
+    def __init__(self, forward: InferenceForward, tokenizer, seq_length: int,
+                 bucket_rows: int = BUCKET_ROWS):
         super().__init__(name="serving")
+        if bucket_rows < 1:
+            raise ValueError(f"bucket_rows must be at least 1, got {bucket_rows}")
         self.forward = forward
         self.tokenizer = tokenizer
         self.seq_length = seq_length
+        self.bucket_rows = int(bucket_rows)
         self._special = tokenization.special_token_ids(tokenizer)
 
-        def pooled_function(precision: str):
+        def pooled_function(precision: str, bucketed: bool):
             @tf.function(input_signature=TOKEN_ID_SPECS)
             def pooled(input_word_ids, input_mask, input_type_ids):
-                return self.forward(*self._checked_token_ids(
-                    input_word_ids, input_mask, input_type_ids), precision=precision)
+                return self._pooled(*self._checked_token_ids(
+                    input_word_ids, input_mask, input_type_ids), precision=precision,
+                    bucketed=bucketed)
             return pooled
 
         for precision in forward.precisions:
-            setattr(self, f"pooled_{precision}", pooled_function(precision))
+            setattr(self, f"pooled_{precision}", pooled_function(precision, bucketed=False))
+            setattr(self, f"bucketed_{precision}", pooled_function(precision, bucketed=True))
 
     @tf.function(input_signature=[])
     def describe(self):
@@ -114,13 +132,20 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(checks):
             return [tf.identity(tensor) for tensor in inputs]
 
+    def _pooled(self, input_word_ids, input_mask, input_type_ids, precision: str = "float32",
+                bucketed: bool = True) -> tf.Tensor:
+        if not bucketed:
+            return self.forward(input_word_ids, input_mask, input_type_ids, precision=precision)
+        return self.forward.in_length_buckets(input_word_ids, input_mask, input_type_ids,
+                                              precision=precision, bucket_rows=self.bucket_rows)
+
     def _tokens(self, sentences) -> Dict[str, tf.Tensor]:
         return tokenization.tokenize_and_pack(self.tokenizer, self._special,
                                               _checked_sentences(sentences), self.seq_length)
 
     def _embeddings(self, sentences) -> tf.Tensor:
         tokens = self._tokens(sentences)
-        return l2_normalize(self.forward(tokens["input_word_ids"], tokens["input_mask"],
+        return l2_normalize(self._pooled(tokens["input_word_ids"], tokens["input_mask"],
                                          tokens["input_type_ids"]))
 
     @tf.function(input_signature=[SENTENCES_SPEC])
@@ -137,7 +162,7 @@ class ServingModule(tf.Module):
 
     @tf.function(input_signature=TOKEN_ID_SPECS)
     def from_token_ids(self, input_word_ids, input_mask, input_type_ids):
-        pooled = self.forward(*self._checked_token_ids(input_word_ids, input_mask,
+        pooled = self._pooled(*self._checked_token_ids(input_word_ids, input_mask,
                                                        input_type_ids))
         return {"embeddings": l2_normalize(pooled)}
 

@@ -43,8 +43,15 @@ def model_file(quantization: str) -> str:
 
 
 def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
-    """The functions to convert, by signature name."""
-    functions = {"from_token_ids": module.from_token_ids}
+    """The functions to convert, by signature name. Both run the batch as given, in one
+    forward: `serving/1`'s length-bucket loop stays out of the flatbuffers."""
+    @tf.function(input_signature=serving_lib.TOKEN_ID_SPECS)
+    def from_token_ids(input_word_ids, input_mask, input_type_ids):
+        pooled = module.forward(*module._checked_token_ids(input_word_ids, input_mask,
+                                                           input_type_ids))
+        return {"embeddings": l2_normalize(pooled)}
+
+    functions = {"from_token_ids": from_token_ids}
     if isinstance(module.tokenizer, tokenization.FastWordpieceTokenizer):
         @tf.function(input_signature=[serving_lib.SENTENCES_SPEC])
         def serving_default(sentences):
