@@ -116,9 +116,15 @@ def test_raising_train_steps_continues_training(tmp_path):
     common = [*BASE, f"--model_dir={run_dir}"]
     first = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10")
     assert first.returncode == 0, first.stderr[-2000:]
+    assert (run_dir / "params.yaml").exists()
+    assert list((run_dir / "train").glob("events.out.tfevents.*"))
     more = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20")
     assert more.returncode == 0, more.stderr[-2000:]
     assert "restored step 10 from ckpt-10" in more.stderr
+    assert tf.train.latest_checkpoint(str(run_dir)).endswith("ckpt-20")
+    names = [name for name, _ in tf.train.list_variables(str(run_dir / "ckpt-20"))]
+    assert any(n.startswith("encoder/") for n in names)
+    assert any(n.startswith("optimizer/") for n in names)
     assert "resuming the input after 10 batches" in more.stderr  # not from the head again
     before, after = _encoder_weights(run_dir / "ckpt-10"), _encoder_weights(run_dir / "ckpt-20")
     changed = [name for name in before if not np.array_equal(before[name], after[name])]

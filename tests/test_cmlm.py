@@ -167,34 +167,6 @@ def _train(model_dir, steps, extra="", env=None, timeout=300):
                           env=env or subprocess_env(), timeout=timeout)
 
 
-def test_driver_trains_resumes_and_exports(tmp_path):
-    run_dir = tmp_path / "run"
-    first = _train(run_dir, 20)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert tf.train.latest_checkpoint(str(run_dir)).endswith("ckpt-20")
-    assert (run_dir / "params.yaml").exists()
-    assert list((run_dir / "train").glob("events.out.tfevents.*"))
-    second = _train(run_dir, 40)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "restored from checkpoint" in second.stderr and "ckpt-20" in second.stderr
-    assert tf.train.latest_checkpoint(str(run_dir)).endswith("ckpt-40")
-    names = [n for n, _ in tf.train.list_variables(str(run_dir / "ckpt-40"))]
-    assert any(n.startswith("encoder/") for n in names)
-    assert any(n.startswith("optimizer/") for n in names)
-    export_dir = tmp_path / "export"
-    result = subprocess.run([sys.executable, "-m", "export.export_tfhub",
-                             f"--model_dir={run_dir}", f"--export_dir={export_dir}"],
-                            cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(),
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    import cmlm_tf
-
-    model = cmlm_tf.load(str(export_dir))
-    vectors = model.encode(["Anne was at home.", "The captain smiled."])
-    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
-    assert model.seq_length == 48  # the recipe's task.train_data.seq_length
-
-
 def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
     from cmlm_tf.modeling import sentence_encoder
 

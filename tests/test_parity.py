@@ -139,7 +139,9 @@ vectors = {{"encode": model.encode(texts)}}
 vectors["serving_default"] = np.concatenate([
     serving(sentences=np.array(texts[i:i + 64], dtype=object))["embeddings"].numpy()
     for i in range(0, len(texts), 64)])
-for q in ("float32", "int8"):
+# TFLite float32 agrees with encode() at cosine >= 0.9999 (the every-path test); int8
+# differs by design, so its Spearman is measured here.
+for q in ("int8",):
     runner = tflite.load_interpreter({str(minilm_export / 'tflite')!r} + f"/model_{{q}}.tflite"
                                      ).get_signature_runner("serving_default")
     vectors["tflite_" + q] = np.concatenate([
@@ -153,7 +155,7 @@ print(json.dumps({{k: spearmanr((v[:n] * v[n:]).sum(1), gold)[0] for k, v in vec
                             env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     spearman = json.loads(result.stdout.strip().splitlines()[-1])
-    for path in ("encode", "serving_default", "tflite_float32"):
+    for path in ("encode", "serving_default"):
         assert abs(spearman[path] - STSB_DEV_SPEARMAN) <= 0.0005, spearman
     # Dynamic-range int8 weights cost at most 0.01 of Spearman.
-    assert abs(spearman["tflite_int8"] - spearman["tflite_float32"]) <= 0.01, spearman
+    assert abs(spearman["tflite_int8"] - STSB_DEV_SPEARMAN) <= 0.01, spearman
