@@ -183,7 +183,6 @@ class InferenceForward(tf.Module):
             pooled = tf.matmul(pooled, self.projection[0]) + self.projection[1]
         return pooled
 
-
     def in_length_buckets(self, input_word_ids, input_mask, input_type_ids,
                           precision: str = "float32",
                           bucket_rows: int = BUCKET_ROWS) -> tf.Tensor:
