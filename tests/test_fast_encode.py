@@ -65,7 +65,7 @@ def test_input_order_is_preserved(fp32_model):
 
 def test_length_buckets_in_the_graph_equal_one_text_at_a_time(tiny_export):
     """The default path: each batch runs `bucketed_float32`, which sorts it again and runs
-    it in sub-batches of 16 rows padded to their own longest text."""
+    it in sub-batches of 8 rows padded to their own longest text."""
     model = cmlm_tf.load(str(tiny_export))
     calls = []
     bucketed = model._bucketed

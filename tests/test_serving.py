@@ -111,7 +111,7 @@ def _cosines(a, b):
     return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-# Requests of odd composition: each is served in length buckets of 16 rows.
+# Requests of odd composition: each is served in length buckets of 8 rows.
 # Words of one token each in the tiny vocabulary: every `SAME_LENGTH` text has 4 tokens.
 SAME_LENGTH = [f"the {word}" for word in ("man", "woman", "child", "dog", "cat", "horse",
                                           "guitar", "flute", "onion", "snake", "mouse", "house",
@@ -337,9 +337,11 @@ def test_tflite_text_and_token_ids(tiny_tflite_export):
     reference = model.encode(SENTENCES)
     tokens = {key: value.numpy() for key, value in
               model._serving.tokenize(tf.constant(SENTENCES)).items()}
+    interpreters = {}
     for quantization, tolerance in (("float32", 0.9999), ("int8", 0.98)):
         interpreter = tflite.load_interpreter(
             str(tiny_tflite_export / "tflite" / files[quantization]["file"]))
+        interpreters[quantization] = interpreter
         assert set(interpreter.get_signature_list()) == {"serving_default", "from_token_ids"}
         text = interpreter.get_signature_runner("serving_default")(
             sentences=np.array(SENTENCES, dtype=object))["embeddings"]
@@ -349,6 +351,14 @@ def test_tflite_text_and_token_ids(tiny_tflite_export):
             assert (vectors * reference).sum(axis=1).min() >= tolerance, quantization
         np.testing.assert_array_equal(tflite.embed(interpreter, sentences=SENTENCES), text)
         np.testing.assert_array_equal(tflite.embed(interpreter, "from_token_ids", **tokens), ids)
+    # The float32 model's length buckets: odd requests, each vector as its text alone.
+    float32 = interpreters["float32"]
+    assert "WHILE" in {op["op_name"] for op in float32._get_ops_details()}
+    for name, texts in COMPOSITIONS.items():
+        alone = np.concatenate([tflite.embed(float32, sentences=[text]) for text in texts])
+        for request, expected in ((texts, alone), (texts[::-1], alone[::-1])):
+            vectors = tflite.embed(float32, sentences=request)
+            assert _cosines(vectors, expected).min() >= 0.99999, name
     # An empty batch, which the interpreter's kernels refuse (unpack.cc: NumElements > 0).
     empty_ids = {key: np.zeros([0, 4], np.int32) for key in tokens}
     for signature, inputs in (("serving_default", {"sentences": []}),

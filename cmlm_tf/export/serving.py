@@ -7,7 +7,7 @@ root call is what `hub.KerasLayer("serving/1")` calls, and its other functions a
 
 Every request runs in length buckets (`InferenceForward.in_length_buckets`): its rows are
 sorted by token count, cut into sub-batches of `bucket_rows` rows (default
-`inference_forward.BUCKET_ROWS`, 16), each padded only to its own longest row, and the
+`inference_forward.BUCKET_ROWS`, 8), each padded only to its own longest row, and the
 vectors come back in input order. The plan is part of the traced graph, so a server runs it
 with no Python; each vector equals the one its text gets alone, up to float rounding.
 

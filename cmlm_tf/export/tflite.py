@@ -9,6 +9,7 @@ Written by `python -m cmlm_tf.export ... --tflite` from the same `ServingModule`
   (`input_word_ids`, `input_mask`, `input_type_ids` int32 [batch, seq] -> `embeddings`).
   SentencePiece exports have `from_token_ids` only; `tflite/sp.model` is their tokenizer
   (lower-case first when the export is uncased, then `[CLS] pieces [SEP]`, padding 0).
+  Both run a batch in length buckets, as `serving/1` does (`serving.py`).
 
 The text signature needs TF-Text's TFLite kernels: in Python, `load_interpreter(path)`
 (LiteRT's interpreter with `tensorflow_text.tflite_registrar`); in an app, link TF-Text's
@@ -43,11 +44,12 @@ def model_file(quantization: str) -> str:
 
 
 def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
-    """The functions to convert, by signature name. Both run the batch as given, in one
-    forward: `serving/1`'s length-bucket loop stays out of the flatbuffers."""
+    """The functions to convert, by signature name. Both run the batch in `serving/1`'s
+    length buckets (a WHILE loop over sub-batches of similar length, each trimmed to its own
+    longest row), so the interpreter does the work of the real tokens, not of the padding."""
     @tf.function(input_signature=serving_lib.TOKEN_ID_SPECS)
     def from_token_ids(input_word_ids, input_mask, input_type_ids):
-        pooled = module.forward(*module._checked_token_ids(input_word_ids, input_mask,
+        pooled = module._pooled(*module._checked_token_ids(input_word_ids, input_mask,
                                                            input_type_ids))
         return {"embeddings": l2_normalize(pooled)}
 
@@ -58,7 +60,7 @@ def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
             tokens = tokenization.tokenize_and_pack(
                 module.tokenizer, tokenization.special_token_ids(module.tokenizer), sentences,
                 module.seq_length, replace_invalid_utf8=False)
-            pooled = module.forward(tokens["input_word_ids"], tokens["input_mask"],
+            pooled = module._pooled(tokens["input_word_ids"], tokens["input_mask"],
                                     tokens["input_type_ids"])
             return {"embeddings": l2_normalize(pooled)}
 

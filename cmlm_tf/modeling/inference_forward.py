@@ -34,9 +34,11 @@ from cmlm_tf.modeling import layers
 PRECISIONS = ("float32", "bfloat16")
 # Rows per length-sorted sub-batch of `in_length_buckets`. Requests of 64 STS-B dev
 # sentences in file order, padded to their longest sentence, hold 1.78x their real tokens;
-# sorted and cut into sub-batches of 16, each padded to its own longest, 1.17x (MiniLM's
-# tokenizer; sub-batches of 32: 1.36x, of 8: 1.08x, with more, smaller matmuls).
-BUCKET_ROWS = 16
+# sorted and cut into sub-batches of 8, each padded to its own longest, 1.08x (MiniLM's
+# tokenizer; sub-batches of 16: 1.17x, of 32: 1.36x). On an AVX2 machine, 8 rows served
+# MiniLM fastest in TF and TFLite alike; 4 rows were slower (smaller matmuls), see
+# docs/results.md.
+BUCKET_ROWS = 8
 # Additive attention bias on padding, as BERT: exp(-10000) is 0 in float32.
 _PADDING_BIAS = -10000.0
 
