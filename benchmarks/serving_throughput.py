@@ -351,7 +351,7 @@ def main() -> None:
         real = sum(tokens)
         print(f"real tokens: {real}; padded to each batch's longest: "
               f"{padded_tokens(tokens, args.batch_size) / real:.2f}x; sorted sub-batches of "
-              f"{bucket_rows} (serving_default, encode): "
+              f"{bucket_rows} (every system but sentence-transformers): "
               f"{padded_tokens(tokens, args.batch_size, bucket_rows) / real:.2f}x; useful "
               f"matmul work {useful_flops / 1e9:.1f} GFLOP", flush=True)
         workers, spearman, warmup = {}, {}, {}
