@@ -271,9 +271,10 @@ DRIVER_STEPS = ("trainer.train_steps=10,trainer.steps_per_loop=5,trainer.summary
                 "trainer.validation_steps=2,task.train_data.shuffle_buffer_size=100")
 
 
-def start_driver(name, model_dir, extra=""):
-    """Starts `DRIVER_RUNS[name]` to `model_dir`, its log (TensorFlow's INFO lines included)
-    going to `model_dir`.log; returns the process and the log's path."""
+def start_driver(name, model_dir):
+    """Starts `DRIVER_RUNS[name]` with `runtime.enable_xla` to `model_dir`, its log
+    (TensorFlow's INFO lines included) going to `model_dir`.log; returns the process and the
+    log's path."""
     experiment, recipe, overrides = DRIVER_RUNS[name]
     env = dict(subprocess_env(), XLA_FLAGS=os.environ["XLA_FLAGS"], TF_CPP_MIN_LOG_LEVEL="0")
     log = model_dir.parent / f"{model_dir.name}.log"
@@ -282,7 +283,7 @@ def start_driver(name, model_dir, extra=""):
             [sys.executable, "-m", "cmlm_tf.train", f"--experiment={experiment}",
              f"--config_file=configs/{recipe}", "--mode=train_and_eval",
              f"--model_dir={model_dir}",
-             f"--params_override={overrides},{DRIVER_STEPS}{extra}"],
+             f"--params_override={overrides},{DRIVER_STEPS},runtime.enable_xla=true"],
             cwd=REPO_DIR, stdout=subprocess.DEVNULL, stderr=stream, text=True, env=env)
     return process, log
 
@@ -293,8 +294,7 @@ def driver_runs(tmp_path_factory):
     is mostly single-threaded tracing and compiling, so on two cores they go on beside the
     in-process compiles, and the test at the end of the module collects them."""
     folder = tmp_path_factory.mktemp("xla_driver")
-    runs = {name: start_driver(name, folder / name, ",runtime.enable_xla=true")
-            for name in sorted(DRIVER_RUNS)}
+    runs = {name: start_driver(name, folder / name) for name in sorted(DRIVER_RUNS)}
     yield folder, runs
     for process, _ in runs.values():
         process.kill()
