@@ -188,6 +188,18 @@ def _variable_key(variable) -> str:
     return re.sub(r"^(.*/)?bert/", "", name, count=1)
 
 
+def warm_start_config(meta: dict, prefix: str, vocab_file: str) -> dict:
+    """`warm_start.yaml`'s content: the encoder and tokenizer of `read_hf_metadata`'s `meta`,
+    the encoder checkpoint `prefix` and the vocabulary `vocab_file`."""
+    from cmlm_tf import configs
+
+    model = configs.SentenceModelConfig(
+        encoder=configs.EncoderConfig(**meta["encoder"]),
+        tokenizer=configs.TokenizerConfig(
+            type="wordpiece", vocab_file=vocab_file, lower_case=meta["lower_case"]))
+    return {"task": {"init_checkpoint": os.path.abspath(prefix), "model": model.as_dict()}}
+
+
 def convert(hf_dir: str, output_dir: str) -> str:
     """Converts `hf_dir` into `output_dir`; returns the path of `warm_start.yaml`."""
     import tensorflow as tf  # noqa: F401  (imported late so --help stays fast)
@@ -234,12 +246,7 @@ def convert(hf_dir: str, output_dir: str) -> str:
     prefix = sentence_encoder.write_encoder_checkpoint(encoder, output_dir, CHECKPOINT_NAME)
     vocab_out = os.path.join(output_dir, "vocab.txt")
     shutil.copyfile(vocab_path, vocab_out)
-    model = configs.SentenceModelConfig(
-        encoder=encoder_config,
-        tokenizer=configs.TokenizerConfig(
-            type="wordpiece", vocab_file=vocab_out, lower_case=meta["lower_case"]))
-    warm_start = {"task": {"init_checkpoint": os.path.abspath(prefix),
-                           "model": model.as_dict()}}
+    warm_start = warm_start_config(meta, prefix, vocab_out)
     import yaml
 
     warm_start_path = os.path.join(output_dir, WARM_START_FILE)

@@ -294,6 +294,16 @@ def _nested(fields: Dict[str, object]) -> dict:
     return tree
 
 
+def write_overrides(path: str, fields: Dict[str, object]) -> str:
+    """Writes dotted override fields as the nested YAML a `--config_file` reads."""
+    import yaml
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(_nested(fields), f, sort_keys=True)
+    return path
+
+
 def _fill(value, values: Dict[str, object]):
     if not isinstance(value, str) or "{" not in value:
         return value
@@ -318,6 +328,11 @@ def best_queue_size(claim: claims_lib.Claim, ctx: Context) -> int:
     return int(max(means.values())[1])
 
 
+def _owner(claim, arm, seed: int, ctx: Context) -> str:
+    """Who a stage or the seed's init belongs to (their CPU time counts in its result)."""
+    return f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
+
+
 def _result_path(claim, arm, seed: int, ctx: Context) -> str:
     return os.path.join(ctx.results, claim.name, f"steps{ctx.steps}", arm.name,
                         f"seed{seed}.json")
@@ -325,6 +340,26 @@ def _result_path(claim, arm, seed: int, ctx: Context) -> str:
 
 def stage_steps(stage: claims_lib.Stage, ctx: Context) -> int:
     return max(1, int(round(ctx.steps * stage.steps)))
+
+
+def stage_config(stage: claims_lib.Stage, seed: int, previous: Optional[str], values: dict,
+                 ctx: Context, init_dir: Optional[str] = None, curve: bool = False
+                 ) -> Tuple[List[str], Dict[str, object]]:
+    """The stage's config files and override fields: its recipe's overrides with the
+    placeholders filled, the seed's data order, the schedule, and where it starts from
+    (`init_dir`: the seed's random encoder, for `init` "random")."""
+    fields = {key: _fill(value, values) for key, value in stage.overrides.items()}
+    fields["task.train_data.seed"] = seed
+    fields.update(schedule(stage_steps(stage, ctx), stage.warmup_fraction, curve))
+    if stage.init == "random":
+        fields["task.init_checkpoint"] = os.path.join(init_dir, "encoder")
+    elif stage.init == "previous":
+        fields["task.init_checkpoint"] = previous
+    elif stage.init == "stack":
+        fields["task.init_stack_from"] = previous
+    elif stage.init:
+        raise ValueError(f"Stage.init: unknown {stage.init!r}")
+    return [_fill(path, values) for path in stage.config_files], fields
 
 
 def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], values: dict,
@@ -336,19 +371,8 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
     and wall time so far, every piece counted): the next call with a later `until` resumes
     it."""
     steps = stage_steps(stage, ctx)
-    fields = {key: _fill(value, values) for key, value in stage.overrides.items()}
-    fields["task.train_data.seed"] = seed
-    fields.update(schedule(steps, stage.warmup_fraction, curve))
-    if stage.init == "random":
-        init_dir = ensure_init(seed, ctx, owner)
-        fields["task.init_checkpoint"] = os.path.join(init_dir, "encoder")
-    elif stage.init == "previous":
-        fields["task.init_checkpoint"] = previous
-    elif stage.init == "stack":
-        fields["task.init_stack_from"] = previous
-    elif stage.init:
-        raise ValueError(f"Stage.init: unknown {stage.init!r}")
-    config_files = [_fill(path, values) for path in stage.config_files]
+    init_dir = ensure_init(seed, ctx, owner) if stage.init == "random" else None
+    config_files, fields = stage_config(stage, seed, previous, values, ctx, init_dir, curve)
     identity = json.dumps([stage.experiment, config_files, fields, stage.cpu_replicas, seed],
                           sort_keys=True)
     key = hashlib.sha1(identity.encode("utf-8")).hexdigest()[:12]
@@ -358,12 +382,7 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
         record = _read_json(record_path)
         record["reused"] = record.get("owner") != owner
         return record
-    overrides_path = os.path.join(directory, "overrides.yaml")
-    os.makedirs(directory, exist_ok=True)
-    import yaml
-
-    with open(overrides_path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(_nested(fields), f, sort_keys=True)
+    overrides_path = write_overrides(os.path.join(directory, "overrides.yaml"), fields)
     model_dir = os.path.join(directory, "run")
     arguments = [f"--experiment={stage.experiment}",
                  *[f"--config_file={path}" for path in config_files],
@@ -394,10 +413,10 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
         return path
     print(f"{claim.name}/{arm.name}/seed{seed}: running", flush=True)
     arm_dir = path[:-len(".json")]
-    values = _arm_values(seed, ctx)
+    values = arm_values(seed, ctx)
     if any("{best_queue_size}" in str(v) for s in arm.stages for v in s.overrides.values()):
         values["best_queue_size"] = best_queue_size(claim, ctx)
-    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
+    owner = _owner(claim, arm, seed, ctx)
     stages, previous = [], None
     for stage in arm.stages:
         record = run_stage(stage, seed, previous, values, ctx, owner)
@@ -431,7 +450,18 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
                        f"--spec={spec_path}", f"--output={metrics_path}")
     cpu["evaluate"], wall["evaluate"] = run_counted(evaluate,
                                                   os.path.join(arm_dir, "evaluate.log"))
-    evaluated = _read_json(metrics_path)
+    return write_result(path, claim, arm, seed, ctx, stages, cpu, wall,
+                        _read_json(metrics_path), export_command=shlex.join(export),
+                        evaluate_command=shlex.join(evaluate))
+
+
+def write_result(path: str, claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int,
+                 ctx: Context, stages: List[dict], cpu: Dict[str, float],
+                 wall: Dict[str, float], evaluated: dict, **extra) -> str:
+    """Writes the arm's result file: the evaluation's metrics, the stages, the CPU and wall
+    time of every piece (the stages this arm trained, and the seed's init if it wrote it)
+    and `extra` fields; prints the claim's metric."""
+    owner = _owner(claim, arm, seed, ctx)
     for i, record in enumerate(stages):
         if not record["reused"]:
             cpu[f"train_stage{i + 1}"] = record["cpu_seconds"]
@@ -448,7 +478,7 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
         "cpu_seconds_with_reused_stages": sum(cpu.values()) + sum(
             r["cpu_seconds"] for r in stages if r["reused"]),
         "wall_seconds": {**wall, "total": sum(wall.values())},
-        "export_command": shlex.join(export), "evaluate_command": shlex.join(evaluate),
+        **extra,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
                     "python": platform.python_version()},
         "git_commit": _git_commit(),
@@ -465,7 +495,9 @@ def run_arm(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int, ctx: Contex
 # Learning curves
 
 
-def _arm_values(seed: int, ctx: Context) -> dict:
+def arm_values(seed: int, ctx: Context) -> dict:
+    """The placeholders of a seed's stages (`experiments.claims`), but `{previous}` and
+    `{best_queue_size}`."""
     return {"data": ctx.data, "shared": ctx.shared, "seed": seed,
             "minilm": os.path.join(ctx.data, "all-MiniLM-L6-v2")}
 
@@ -479,8 +511,8 @@ def curve_steps(claim: claims_lib.Claim, arm: claims_lib.Arm, ctx: Context) -> L
 
 def _train_to(claim, arm, seed: int, until: int, ctx: Context) -> List[dict]:
     """Trains the arm's earlier stages in full and its last stage up to step `until`."""
-    values = _arm_values(seed, ctx)
-    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
+    values = arm_values(seed, ctx)
+    owner = _owner(claim, arm, seed, ctx)
     stages, previous = [], None
     for index, stage in enumerate(arm.stages):
         last = index == len(arm.stages) - 1
@@ -557,36 +589,10 @@ def finish_curve(claim: claims_lib.Claim, arm: claims_lib.Arm, seed: int,
                                       for p in points)}
     wall = {"export_and_evaluate": sum(p["wall_seconds"]["export_and_evaluate"]
                                        for p in points)}
-    for i, record in enumerate(stages):
-        if not record["reused"]:
-            cpu[f"train_stage{i + 1}"] = record["cpu_seconds"]
-            wall[f"train_stage{i + 1}"] = record["wall_seconds"]
-    owner = f"{claim.name}/{arm.name}/seed{seed}@steps{ctx.steps}"
-    init_cpu, init_wall = _owned_cpu(os.path.join(ctx.data, "init", f"seed{seed}"), owner)
-    if init_cpu:
-        cpu["init"], wall["init"] = init_cpu, init_wall
-    result = {
-        "schema": SCHEMA, "claim": claim.name, "arm": arm.name, "seed": seed,
-        "steps": ctx.steps, "command": ctx.command,
-        "metrics": evaluated["metrics"], "train_curves": evaluated["train_curves"],
-        "curve": [{key: p[key] for key in ("step", "steps", "fraction", "train_cpu_seconds",
-                                          "metrics")} for p in points],
-        "stages": stages,
-        "cpu_seconds": {**cpu, "total": sum(cpu.values())},
-        "cpu_seconds_with_reused_stages": sum(cpu.values()) + sum(
-            r["cpu_seconds"] for r in stages if r["reused"]),
-        "wall_seconds": {**wall, "total": sum(wall.values())},
-        "evaluate_command": points[-1]["evaluate_command"],
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
-                    "python": platform.python_version()},
-        "git_commit": _git_commit(),
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    _write_json(path, result)
-    print(f"{claim.name}/{arm.name}/seed{seed}: {claim.metric} = "
-          f"{result['metrics'][claim.metric]:.4f}, CPU {result['cpu_seconds']['total']:.0f} s",
-          flush=True)
-    return path
+    curve = [{key: p[key] for key in ("step", "steps", "fraction", "train_cpu_seconds",
+                                      "metrics")} for p in points]
+    return write_result(path, claim, arm, seed, ctx, stages, cpu, wall, evaluated,
+                        curve=curve, evaluate_command=points[-1]["evaluate_command"])
 
 
 def run_curves(claim: claims_lib.Claim, arms, seed: int, ctx: Context) -> None:

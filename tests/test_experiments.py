@@ -1,5 +1,6 @@
-"""The experiments suite: one claim's smallest arm end to end through the runner, the verdict
-rule, and the report from JSON alone."""
+"""The experiments suite: every arm's stages build a valid config; the smallest arm of a
+claim and of a learning curve end to end through the runner (the two runs side by side); the
+verdict rule; the report from JSON alone."""
 
 import json
 import subprocess
@@ -8,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO_DIR, subprocess_env
 
-from experiments import claims, report, stats
+from experiments import claims, report, run, stats
 
 BUNDLED_PAIRS = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "bible_en_es.tsv"
 
@@ -55,12 +56,93 @@ def _run(*args):
                           capture_output=True, text=True, env=subprocess_env(), timeout=300)
 
 
-def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(tmp_path):
-    shared = _bundled_bible(tmp_path / "shared")
-    results = tmp_path / "results"
-    args = ("--claim", "negatives", "--arms", "batch_8", "--seeds", "1", "--steps", "2",
-            "--results", str(results), "--shared_data", str(shared))
-    first = _run(*args)
+class _Started:
+    """A runner started in the background; `wait()` gives its CompletedProcess."""
+
+    def __init__(self, args):
+        self.args = args
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "experiments.run", *args], cwd=REPO_DIR,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+        self.done = None
+
+    def wait(self):
+        if self.done is None:
+            try:
+                stdout, stderr = self.process.communicate(timeout=400)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                stdout, stderr = self.process.communicate()
+            self.done = subprocess.CompletedProcess(self.args, self.process.returncode,
+                                                    stdout, stderr)
+        return self.done
+
+
+@pytest.fixture(scope="module")
+def runner_runs(tmp_path_factory):
+    """The two end-to-end runs of the runner, started together at the module's first test:
+    each is one process at a time, mostly single-threaded tracing and saving, so two cores
+    overlap them. Yields {name: (args, results folder, started run)}."""
+    runs = {}
+    for name, claim, arm, data in (("arm", "negatives", "batch_8", _bundled_bible),
+                                   ("curve", "cmlm_vs_mlm", "mlm",
+                                    lambda folder: _curve_data(_bundled_bible(folder)))):
+        folder = tmp_path_factory.mktemp(f"runner_{name}")
+        shared, results = data(folder / "shared"), folder / "results"
+        args = ("--claim", claim, "--arms", arm, "--seeds", "1", "--steps", "2",
+                "--results", str(results), "--shared_data", str(shared))
+        runs[name] = (args, results, _Started(args))
+    yield runs
+    for _, _, started in runs.values():
+        if started.process.poll() is None:
+            started.process.kill()
+            started.process.wait()
+
+
+@pytest.mark.usefixtures("runner_runs")  # started first: they run beside this test
+def test_every_stage_of_every_claim_builds_a_valid_config(tmp_path, minilm_hf_dir):
+    """Each stage's recipe files and overrides, as the runner writes them, make a config
+    the driver accepts (strict: an unknown or mistyped field fails), for every arm."""
+    import yaml
+
+    from cmlm_tf import convert_hf_bert, train
+
+    ctx = run.Context(results=str(tmp_path / "results"), shared=str(tmp_path / "shared"),
+                      seeds=1, steps=2, command="")
+    values = {**run.arm_values(1, ctx), "best_queue_size": 16}
+    warm_start = convert_hf_bert.warm_start_config(
+        convert_hf_bert.read_hf_metadata(str(minilm_hf_dir)),
+        str(tmp_path / "minilm" / "encoder"), str(minilm_hf_dir / "vocab.txt"))
+    minilm = tmp_path / "results" / "data" / "all-MiniLM-L6-v2"
+    assert values["minilm"] == str(minilm)
+    minilm.mkdir(parents=True)
+    (minilm / "warm_start.yaml").write_text(yaml.safe_dump(warm_start), encoding="utf-8")
+    built = set()
+    for claim in claims.CLAIMS.values():
+        for arm in claim.arms:
+            previous = None
+            for index, stage in enumerate(arm.stages):
+                config_files, fields = run.stage_config(
+                    stage, 1, previous, values, ctx, str(tmp_path / "init"))
+                overrides = run.write_overrides(
+                    str(tmp_path / claim.name / arm.name / f"stage{index}.yaml"), fields)
+                where = f"{claim.name}/{arm.name} stage {index + 1}"
+                try:
+                    params = train.build_params(stage.experiment, [
+                        *(str(REPO_DIR / path) if not path.startswith("/") else path
+                          for path in config_files), overrides])
+                except (ValueError, FileNotFoundError) as error:
+                    pytest.fail(f"{where}: {error}")
+                assert params.trainer.train_steps == run.stage_steps(stage, ctx), where
+                assert params.task.train_data.seed == 1, where
+                previous = str(tmp_path / claim.name / arm.name / f"stage{index}")
+                built.add(claim.name)
+    assert built == set(claims.CLAIMS)
+
+
+def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(runner_runs):
+    args, results, started = runner_runs["arm"]
+    first = started.wait()
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
 
     path = results / "negatives" / "steps2" / "batch_8" / "seed1.json"
@@ -89,12 +171,9 @@ def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(tmp_path):
     assert json.loads(path.read_text(encoding="utf-8")) == result
 
 
-def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(tmp_path):
-    shared = _curve_data(_bundled_bible(tmp_path / "shared"))
-    results = tmp_path / "results"
-    args = ("--claim", "cmlm_vs_mlm", "--arms", "mlm", "--seeds", "1", "--steps", "2",
-            "--results", str(results), "--shared_data", str(shared))
-    first = _run(*args)
+def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
+    args, results, started = runner_runs["curve"]
+    first = started.wait()
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     assert "mlm/seed1: step 1" in first.stdout
 
