@@ -125,6 +125,14 @@ class Claim:
     # training CPU time. Empty: one evaluation of the finished arm.
     eval_points: Tuple[float, ...] = ()
 
+    def estimated_cpu_minutes(self, seeds: int = 3) -> float:
+        """The `--list` estimate for `seeds` seeds at the default steps."""
+        return seeds * self.cpu_minutes_per_seed
+
+    def planned_runs(self, seeds: int = 3) -> int:
+        """Arm × seed runs for `seeds` seeds (a deterministic arm runs once)."""
+        return sum(1 if arm.deterministic else seeds for arm in self.arms)
+
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
             if arm.name == name:

@@ -630,6 +630,33 @@ def render_curves(results: ClaimResults) -> List[str]:
     return lines
 
 
+def render_budget(all_results: Dict[str, "ClaimResults"]) -> List[str]:
+    """Every claim's CPU budget: the runner's `--list` estimate for 3 seeds against the CPU
+    time measured so far, with how many of the planned arm × seed runs have finished."""
+    lines = ["## CPU budget", "",
+             "The estimate is `python -m experiments.run --list` (3 seeds, the claim's default "
+             "steps); measured is the CPU time recorded in the runs on this page, a learning "
+             "curve still running counted up to its last evaluated point.", "",
+             "| claim | runs finished | estimate, CPU min | measured, CPU min |",
+             "| --- | ---: | ---: | ---: |"]
+    estimate = measured = 0.0
+    for name, claim in claims_lib.CLAIMS.items():
+        if claim.results_from:
+            continue
+        results = all_results.get(name)
+        finished = len({(r["arm"], r["seed"]) for r in results.records}) if results else 0
+        minutes = results.cpu_minutes() if results else 0.0
+        steps = f" at {results.steps:,} steps" if results and results.steps != claim.steps \
+            else ""
+        estimate += claim.estimated_cpu_minutes(3)
+        measured += minutes
+        lines.append(f"| {name}{steps} | {finished} of {claim.planned_runs(3)} | "
+                     f"{_fmt(claim.estimated_cpu_minutes(3), 0)} | "
+                     f"{_fmt(minutes, 1) if results else '—'} |")
+    lines += [f"| all | | {_fmt(estimate, 0)} | {_fmt(measured, 1)} |", ""]
+    return lines
+
+
 def render(summaries: Dict[str, dict], doc: str = DOC,
            readings: Optional[Dict[str, str]] = None) -> str:
     readings = readings or {}
@@ -660,9 +687,7 @@ def render(summaries: Dict[str, dict], doc: str = DOC,
                 link = paper = cpu = ""
             lines.append(f"| {link} | {paper} | {says} | {effect} | {difference['n']} | "
                          f"**{verdict}** | {cpu} |")
-    total = sum(r.cpu_minutes() for n, r in all_results.items()
-                if not claims_lib.CLAIMS[n].results_from)
-    lines += ["", f"Total CPU time of the runs on this page: {_fmt(total, 1)} min.", ""]
+    lines += [""] + render_budget(all_results)
     for number, (name, _) in enumerate(available, start=1):
         plot_path = os.path.join(_plot_dir(doc), f"{name}.png")
         lines += render_claim(number, all_results[name], plot_path, doc,

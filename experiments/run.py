@@ -652,7 +652,7 @@ def list_claims(results: str) -> None:
         measured, count = measured_cpu_minutes(claim, results)
         done = f"{measured:.0f} min ({count})" if count else "-"
         print(f"{claim.name:<13}{len(claim.arms):>5}{claim.steps:>7}  "
-              f"{3 * claim.cpu_minutes_per_seed:>14.0f} min  {done:>16}  {claim.title}")
+              f"{claim.estimated_cpu_minutes(3):>14.0f} min  {done:>16}  {claim.title}")
     for name, why in claims_lib.NOT_RUN.items():
         print(f"{name:<13}{'':>5}{'':>7}  {'not in the runner':>18}  {'':>16}  {why}")
 

@@ -316,3 +316,7 @@ def test_report_renders_only_numbers_from_the_summary(tmp_path):
     assert "+0.093 ± 0.009" in page  # the paired differences 0.09, 0.08, 0.11
     assert "**reproduced**" in page
     assert (tmp_path / "claims" / "negatives.png").stat().st_size > 0
+    # The budget: 6 of the 15 planned runs (5 arms, 3 seeds), 60 s each; --list's estimate.
+    estimate = claim.estimated_cpu_minutes(3)
+    assert f"| negatives | 6 of 15 | {estimate:.0f} | 6.0 |" in page
+    assert "| bgt | 0 of 6 |" in page
