@@ -532,9 +532,7 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
             says += f" ({results.label(BEST_QUEUE)})"
         interval = "—" if math.isnan(difference["low"]) else \
             f"[{_signed(difference['low'])}, {_signed(difference['high'])}]"
-        effect = _signed(difference["mean"])
-        if difference["n"] > 1:
-            effect += f" ± {_fmt(difference['se'])}"
+        effect = _effect(difference)
         if difference.get("fraction") is not None:
             says += f" (at {_fraction(difference['fraction'])} of the steps)"
         lines.append(f"| {says} | {effect} | {interval} | {difference['n']} | "
@@ -548,8 +546,8 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
         at = "" if difference.get("fraction") is None else \
             f", at {_fraction(difference['fraction'])} of the steps"
         lines += [f"**Verdict: {verdict}** for the main comparison ({first.says}): "
-                  f"{_signed(difference['mean'])} ± {_fmt(difference['se'])} "
-                  f"({metric_label}, {difference['n']} seeds{at}).", ""]
+                  f"{_effect(difference)} ({metric_label}, {_seeds(difference['n'])}{at}).",
+                  ""]
     if claim.scale_note:
         lines += [f"**Scale.** {claim.scale_note}", ""]
     if reading:
@@ -561,6 +559,17 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
     relative = os.path.relpath(plot_path, os.path.dirname(doc))
     lines += [f"![{claim.title}]({relative})", ""]
     return lines
+
+
+def _effect(difference: dict) -> str:
+    """The paired difference's mean, with its standard error when there are two seeds or
+    more."""
+    effect = _signed(difference["mean"])
+    return effect + (f" ± {_fmt(difference['se'])}" if difference["n"] > 1 else "")
+
+
+def _seeds(count: int) -> str:
+    return f"{count} seed" if count == 1 else f"{count} seeds"
 
 
 def _fraction(fraction: float) -> str:
@@ -577,10 +586,10 @@ def render_curves(results: ClaimResults) -> List[str]:
         seeds = results.curves.get(arm.name, {})
         if arm.stages:
             counts = ", ".join(f"{len(seeds[seed])}" for seed in sorted(seeds))
-            progress.append(f"{arm.label}: {len(seeds)} seeds, "
+            progress.append(f"{arm.label}: {_seeds(len(seeds))}, "
                             f"{counts or 0} of {len(claim.eval_points)} points")
         else:
-            progress.append(f"{arm.label}: {len(seeds)} seeds")
+            progress.append(f"{arm.label}: {_seeds(len(seeds))}")
     lines += ["**Runs so far.** " + "; ".join(progress) + ". The last-point comparisons "
               "above use, for each comparison, the latest fraction of the steps with the most "
               "seeds evaluated in both arms (the full run when every seed is done).", ""]
@@ -592,9 +601,7 @@ def render_curves(results: ClaimResults) -> List[str]:
         difference, verdict, budget = results.equal_cpu(comparison)
         interval = "—" if math.isnan(difference["low"]) else \
             f"[{_signed(difference['low'])}, {_signed(difference['high'])}]"
-        effect = _signed(difference["mean"])
-        if difference["n"] > 1:
-            effect += f" ± {_fmt(difference['se'])}"
+        effect = _effect(difference)
         rows.append(f"| {comparison.says} | {_fmt(budget / 60, 1)} | {effect} | {interval} | "
                     f"{difference['n']} | **{verdict}** |")
     if rows:
@@ -673,8 +680,7 @@ def render(summaries: Dict[str, dict], doc: str = DOC,
         all_results[name] = results
         for index, comparison in enumerate(claim.comparisons):
             difference, verdict = results.comparison(comparison)
-            effect = _signed(difference["mean"]) + (
-                f" ± {_fmt(difference['se'])}" if difference["n"] > 1 else "")
+            effect = _effect(difference)
             says = comparison.says
             if BEST_QUEUE in (comparison.treatment, comparison.control):
                 says += f" ({results.label(BEST_QUEUE)})"
