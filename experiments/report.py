@@ -655,10 +655,11 @@ def render_budget(all_results: Dict[str, "ClaimResults"]) -> List[str]:
         minutes = results.cpu_minutes() if results else 0.0
         steps = f" at {results.steps:,} steps" if results and results.steps != claim.steps \
             else ""
-        estimate += claim.estimated_cpu_minutes(3)
+        estimated = claim.estimated_cpu_minutes(3)
+        estimate += estimated
         measured += minutes
         lines.append(f"| {name}{steps} | {finished} of {claim.planned_runs(3)} | "
-                     f"{_fmt(claim.estimated_cpu_minutes(3), 0)} | "
+                     f"{_fmt(estimated, 0)} | "
                      f"{_fmt(minutes, 1) if results else '—'} |")
     lines += [f"| all | | {_fmt(estimate, 0)} | {_fmt(measured, 1)} |", ""]
     return lines

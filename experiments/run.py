@@ -461,6 +461,7 @@ def write_result(path: str, claim: claims_lib.Claim, arm: claims_lib.Arm, seed: 
     """Writes the arm's result file: the evaluation's metrics, the stages, the CPU and wall
     time of every piece (the stages this arm trained, and the seed's init if it wrote it)
     and `extra` fields; prints the claim's metric."""
+    cpu, wall = dict(cpu), dict(wall)
     owner = _owner(claim, arm, seed, ctx)
     for i, record in enumerate(stages):
         if not record["reused"]:

@@ -52,8 +52,7 @@ def _curve_data(shared):
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO_DIR,
-                          capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    return _Started(args).wait()
 
 
 class _Started:
@@ -82,7 +81,7 @@ class _Started:
 def runner_runs(tmp_path_factory):
     """The two end-to-end runs of the runner, started together at the module's first test:
     each is one process at a time, mostly single-threaded tracing and saving, so two cores
-    overlap them. Yields {name: (args, results folder, started run)}."""
+    overlap them. Yields {name: (results folder, started run)}."""
     runs = {}
     for name, claim, arm, data in (("arm", "negatives", "batch_8", _bundled_bible),
                                    ("curve", "cmlm_vs_mlm", "mlm",
@@ -91,9 +90,9 @@ def runner_runs(tmp_path_factory):
         shared, results = data(folder / "shared"), folder / "results"
         args = ("--claim", claim, "--arms", arm, "--seeds", "1", "--steps", "2",
                 "--results", str(results), "--shared_data", str(shared))
-        runs[name] = (args, results, _Started(args))
+        runs[name] = (results, _Started(args))
     yield runs
-    for _, _, started in runs.values():
+    for _, started in runs.values():
         if started.process.poll() is None:
             started.process.kill()
             started.process.wait()
@@ -129,8 +128,7 @@ def test_every_stage_of_every_claim_builds_a_valid_config(tmp_path, minilm_hf_di
                 where = f"{claim.name}/{arm.name} stage {index + 1}"
                 try:
                     params = train.build_params(stage.experiment, [
-                        *(str(REPO_DIR / path) if not path.startswith("/") else path
-                          for path in config_files), overrides])
+                        *(str(REPO_DIR / path) for path in config_files), overrides])
                 except (ValueError, FileNotFoundError) as error:
                     pytest.fail(f"{where}: {error}")
                 assert params.trainer.train_steps == run.stage_steps(stage, ctx), where
@@ -141,7 +139,7 @@ def test_every_stage_of_every_claim_builds_a_valid_config(tmp_path, minilm_hf_di
 
 
 def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(runner_runs):
-    args, results, started = runner_runs["arm"]
+    results, started = runner_runs["arm"]
     first = started.wait()
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
 
@@ -165,14 +163,14 @@ def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(runner_runs):
         assert result["cpu_seconds"][piece] > 0, piece
     assert result["command"].startswith("python -m experiments.run --claim negatives")
 
-    second = _run(*args)
+    second = _run(*started.args)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "batch_8/seed1: done" in second.stdout
     assert json.loads(path.read_text(encoding="utf-8")) == result
 
 
 def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
-    args, results, started = runner_runs["curve"]
+    results, started = runner_runs["curve"]
     first = started.wait()
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     assert "mlm/seed1: step 1" in first.stdout
@@ -201,7 +199,7 @@ def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
     # A runner stopped before the arm's result file: the evaluated points are kept, not
     # evaluated again, and the result is rebuilt from them.
     (arm / "seed1.json").unlink()
-    second = _run(*args)
+    second = _run(*started.args)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "step 1" not in second.stdout and "step 2" not in second.stdout
     assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
