@@ -78,11 +78,19 @@ def _env() -> Dict[str, str]:
                 TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
 
 
-def run_child(command: List[str], log_path: str) -> Tuple[float, float]:
+def run_child(command: List[str], log_path: str, record: bool = False
+              ) -> Tuple[float, float]:
     """Runs `command` from the repository root, output appended to `log_path`; returns
-    (CPU seconds, wall seconds). Raises on failure, and `Stopped` (after stopping the child
-    and counting its CPU time) on SIGTERM or Ctrl-C."""
+    (CPU seconds, wall seconds) of this piece, or with `record` the running totals of every
+    piece in `log_path`.cpu.json, this one included. Raises on failure, and `Stopped` (after
+    stopping the child and counting its CPU time) on SIGTERM or Ctrl-C.
+
+    While the child runs, its CPU time so far is written to the totals file every
+    `CPU_POLL_SECONDS` as a piece still running, so a runner killed outright (a session's
+    end, SIGKILL) loses at most that much: the next piece on the same log counts it."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    totals_path = log_path + ".cpu.json"
+    _settle_interrupted(totals_path)
     cpu_before, wall_before = _cpu_seconds(), time.time()
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(command)}\n")
@@ -90,14 +98,20 @@ def run_child(command: List[str], log_path: str) -> Tuple[float, float]:
         process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
-            returncode = process.wait()
+            returncode = _wait_marking(process, totals_path, wall_before)
         except (KeyboardInterrupt, Stopped):
             process.terminate()
             process.wait()
-            _add_cpu(log_path + ".cpu.json", _cpu_seconds() - cpu_before,
-                     time.time() - wall_before)
+            _add_cpu(totals_path, _cpu_seconds() - cpu_before, time.time() - wall_before)
             raise Stopped(command[2] if len(command) > 2 else command[0]) from None
     cpu, wall = _cpu_seconds() - cpu_before, time.time() - wall_before
+    if record:
+        totals = _add_cpu(totals_path, cpu, wall)
+        cpu, wall = totals["cpu_seconds"], totals["wall_seconds"]
+    elif os.path.exists(totals_path):
+        totals = _read_totals(totals_path)
+        if totals.pop("running", None):
+            _write_json(totals_path, totals)
     if returncode:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-2000:]
@@ -109,17 +123,63 @@ def run_child(command: List[str], log_path: str) -> Tuple[float, float]:
 def run_counted(command: List[str], log_path: str) -> Tuple[float, float]:
     """`run_child`, returning the CPU and wall time of every piece that ran this command
     into `log_path`, interrupted ones included."""
-    cpu, wall = run_child(command, log_path)
-    totals = _add_cpu(log_path + ".cpu.json", cpu, wall)
-    return totals["cpu_seconds"], totals["wall_seconds"]
+    return run_child(command, log_path, record=True)
+
+
+CPU_POLL_SECONDS = 30.0
+
+
+def _wait_marking(process: subprocess.Popen, totals_path: str, wall_before: float) -> int:
+    """Waits for `process`, writing its CPU time so far into `totals_path` as the piece
+    still running, every `CPU_POLL_SECONDS`."""
+    while True:
+        try:
+            return process.wait(timeout=CPU_POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            cpu = process_cpu_seconds(process.pid)
+            if cpu is not None:
+                totals = _read_totals(totals_path)
+                totals["running"] = {"cpu_seconds": cpu,
+                                     "wall_seconds": time.time() - wall_before}
+                _write_json(totals_path, totals)
+
+
+def process_cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU seconds of a live process and of its children it has waited for,
+    from /proc/<pid>/stat (Linux); None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            # Fields after the command name: state is field 3, utime..cstime fields 14-17.
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_totals(path: str) -> dict:
+    if os.path.exists(path):
+        return _read_json(path)
+    return {"cpu_seconds": 0.0, "wall_seconds": 0.0, "pieces": 0}
+
+
+def _settle_interrupted(path: str) -> None:
+    """Counts a piece whose runner was killed outright (its last CPU mark) as a finished
+    piece, before another piece starts on the same log."""
+    totals = _read_totals(path)
+    running = totals.pop("running", None)
+    if running:
+        totals["cpu_seconds"] += running["cpu_seconds"]
+        totals["wall_seconds"] += running["wall_seconds"]
+        totals["pieces"] += 1
+        totals["interrupted"] = totals.get("interrupted", 0) + 1
+        _write_json(path, totals)
 
 
 def _add_cpu(path: str, cpu: float, wall: float) -> Dict[str, float]:
-    """Adds one piece's CPU and wall time to the running totals in `path`."""
-    totals = {"cpu_seconds": 0.0, "wall_seconds": 0.0, "pieces": 0}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            totals = json.load(f)
+    """Adds one piece's CPU and wall time to the running totals in `path`, in place of its
+    mark as the piece still running."""
+    totals = _read_totals(path)
+    totals.pop("running", None)
     totals["cpu_seconds"] += cpu
     totals["wall_seconds"] += wall
     totals["pieces"] += 1

@@ -205,6 +205,43 @@ def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
     assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
 
 
+_BUSY_CHILD = "import time\nend = time.process_time() + 30\nwhile time.process_time() < end: pass"
+
+
+def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path):
+    """A runner killed with SIGKILL (a session's end) leaves its child's CPU time so far
+    as the running piece; the next piece on the same log counts it."""
+    import os
+    import signal
+    import time
+
+    log = tmp_path / "stage" / "train.log"
+    totals_path = tmp_path / "stage" / "train.log.cpu.json"
+    script = (f"from experiments import run\nrun.CPU_POLL_SECONDS = 0.2\n"
+              f"run.run_counted([{sys.executable!r}, '-c', {_BUSY_CHILD!r}], {str(log)!r})")
+    runner = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_DIR,
+                              env=subprocess_env(), start_new_session=True)
+    try:
+        mark = {}
+        deadline = time.time() + 60
+        while mark.get("cpu_seconds", 0.0) < 1.0 and time.time() < deadline:
+            time.sleep(0.2)
+            if totals_path.exists():
+                mark = json.loads(totals_path.read_text(encoding="utf-8")).get("running", {})
+        assert mark.get("cpu_seconds", 0.0) >= 1.0, "no CPU mark while the child ran"
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)  # the runner and its child, no clean-up
+        runner.wait()
+    killed = json.loads(totals_path.read_text(encoding="utf-8"))
+    assert killed["pieces"] == 0 and killed["running"]["cpu_seconds"] >= 1.0
+
+    cpu, _ = run.run_counted([sys.executable, "-c", "pass"], str(log))
+    totals = json.loads(totals_path.read_text(encoding="utf-8"))
+    assert (totals["pieces"], totals["interrupted"]) == (2, 1)
+    assert "running" not in totals
+    assert cpu == totals["cpu_seconds"] > killed["running"]["cpu_seconds"]
+
+
 def _curve_summary():
     """A learning-curve summary: 3 seeds, points at half and all of each arm's steps."""
     claim = claims.CLAIMS["cmlm_vs_mlm"]
