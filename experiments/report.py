@@ -178,6 +178,28 @@ class ClaimResults:
                                           comparison.tolerance),
                 float(np.mean(budgets)) if budgets else float("nan"))
 
+    def reach_target(self, comparison: claims_lib.Comparison) -> float:
+        """The level of `comparison.to_reach` every run of both arms reached: the lowest
+        final value of the tag over those runs."""
+        finals = [curve[-1][1] for arm in (comparison.treatment, comparison.control)
+                  for record in self.by_arm.get(self.resolve(arm), {}).values()
+                  for curve in [training_curve(record, comparison.to_reach, "cpu")] if curve]
+        return min(finals) if finals else float("nan")
+
+    def cpu_to_reach(self, arm: str, tag: str, target: float) -> Dict[int, float]:
+        """Each seed's training CPU minutes to first reach `target` on the training-summary
+        `tag`, interpolated linearly from the logged point before (from 0 at the start)."""
+        reached = {}
+        for seed, record in self.by_arm.get(self.resolve(arm), {}).items():
+            before = None
+            for x, y in training_curve(record, tag, "cpu"):
+                if y >= target:
+                    reached[seed] = x if before is None or before[1] >= target else \
+                        before[0] + (x - before[0]) * (target - before[1]) / (y - before[1])
+                    break
+                before = (x, y)
+        return reached
+
     def resolve(self, arm: str) -> str:
         """`BEST_QUEUE`: the queue arm with the best mean of the claim's metric."""
         if arm != BEST_QUEUE:
@@ -204,6 +226,14 @@ class ClaimResults:
     def comparison(self, comparison: claims_lib.Comparison) -> Tuple[dict, str]:
         """Paired by seed; for learning curves at the last point both arms reached (the same
         fraction of each arm's steps: `difference["fraction"]`)."""
+        if comparison.to_reach:
+            target = self.reach_target(comparison)
+            difference = stats.paired_difference(
+                self.cpu_to_reach(comparison.treatment, comparison.to_reach, target),
+                self.cpu_to_reach(comparison.control, comparison.to_reach, target))
+            difference.update(fraction=None, target=target)
+            return difference, stats.verdict(difference, comparison.direction,
+                                             comparison.tolerance)
         metric = comparison.metric or self.claim.metric
         control_metric = comparison.control_metric or metric
         treatment = self.values(comparison.treatment, metric)
@@ -391,22 +421,35 @@ def _plot_learning_curves(plt, results: ClaimResults, path: str) -> None:
     plt.close(figure)
 
 
+def training_curve(record: dict, tag: str, x: str) -> List[Tuple[float, float]]:
+    """A run's training-summary `tag` over all its stages, against the step (`x` "steps")
+    or the cumulative training CPU minutes ("cpu"; each stage's points spread evenly over
+    the stage's CPU time)."""
+    points, offset = [], 0.0
+    for stage, curves in zip(record["stages"], record["train_curves"]):
+        width = stage["cpu_seconds"] / 60 if x == "cpu" else stage["steps"]
+        points += [(offset + width * step / stage["steps"], value)
+                   for step, value in curves.get(tag, [])]
+        offset += width
+    return points
+
+
 def _plot_curves(axis, results: ClaimResults, panel) -> None:
     """The training-summary tag `panel.metric` of every seed against the step, or against
-    cumulative training CPU minutes (each stage's points spread over its CPU time)."""
+    cumulative training CPU minutes, with the level a compute-to-reach comparison uses."""
     colours = ["C0", "C1", "C2", "C3", "C4"]
     for colour, arm in zip(colours, panel.arms):
         for number, record in enumerate(results.by_arm.get(results.resolve(arm),
                                                             {}).values()):
-            xs, ys, offset = [], [], 0.0
-            for stage, curves in zip(record["stages"], record["train_curves"]):
-                width = stage["cpu_seconds"] / 60 if panel.curve == "cpu" else stage["steps"]
-                for step, value in curves.get(panel.metric, []):
-                    xs.append(offset + width * step / stage["steps"])
-                    ys.append(value)
-                offset += width
-            axis.plot(xs, ys, color=colour, linewidth=1,
+            points = training_curve(record, panel.metric, panel.curve)
+            axis.plot([x for x, _ in points], [y for _, y in points], color=colour, linewidth=1,
                       label=results.label(arm) if number == 0 else None)
+    for comparison in results.claim.comparisons:
+        if comparison.to_reach == panel.metric and panel.curve == "cpu":
+            target = results.reach_target(comparison)
+            if not math.isnan(target):
+                axis.axhline(target, color="0.4", linestyle="--", linewidth=1,
+                             label=f"level to reach: {target:.3f}")
     axis.set_xlabel("training CPU minutes (cumulative over stages)" if panel.curve == "cpu"
                     else "step", fontsize=8)
     axis.set_ylabel(panel.metric, fontsize=8)
@@ -535,6 +578,9 @@ def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
         effect = _effect(difference)
         if difference.get("fraction") is not None:
             says += f" (at {_fraction(difference['fraction'])} of the steps)"
+        if comparison.to_reach:
+            says += f" (training CPU min to {comparison.to_reach} " \
+                    f"{_fmt(difference['target'])})"
         lines.append(f"| {says} | {effect} | {interval} | {difference['n']} | "
                      f"**{verdict}** |")
     lines.append("")
