@@ -78,8 +78,8 @@ def _env() -> Dict[str, str]:
                 TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
 
 
-def run_child(command: List[str], log_path: str, record: bool = False
-              ) -> Tuple[float, float]:
+def run_child(command: List[str], log_path: str, record: bool = False,
+              checkpoint_dir: Optional[str] = None) -> Tuple[float, float]:
     """Runs `command` from the repository root, output appended to `log_path`; returns
     (CPU seconds, wall seconds) of this piece, or with `record` the running totals of every
     piece in `log_path`.cpu.json, this one included. Raises on failure, and `Stopped` (after
@@ -87,7 +87,10 @@ def run_child(command: List[str], log_path: str, record: bool = False
 
     While the child runs, its CPU time so far is written to the totals file every
     `CPU_POLL_SECONDS` as a piece still running, so a runner killed outright (a session's
-    end, SIGKILL) loses at most that much: the next piece on the same log counts it."""
+    end, SIGKILL) loses at most that much: the next piece on the same log counts it. A
+    training run passes its `checkpoint_dir`: a killed piece then counts up to its last
+    checkpoint (the work the next piece keeps; the steps after it are trained and counted
+    again)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     totals_path = log_path + ".cpu.json"
     _settle_interrupted(totals_path)
@@ -98,7 +101,7 @@ def run_child(command: List[str], log_path: str, record: bool = False
         process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
-            returncode = _wait_marking(process, totals_path, wall_before)
+            returncode = _wait_marking(process, totals_path, wall_before, checkpoint_dir)
         except (KeyboardInterrupt, Stopped):
             process.terminate()
             process.wait()
@@ -120,28 +123,48 @@ def run_child(command: List[str], log_path: str, record: bool = False
     return cpu, wall
 
 
-def run_counted(command: List[str], log_path: str) -> Tuple[float, float]:
+def run_counted(command: List[str], log_path: str, checkpoint_dir: Optional[str] = None
+                ) -> Tuple[float, float]:
     """`run_child`, returning the CPU and wall time of every piece that ran this command
     into `log_path`, interrupted ones included."""
-    return run_child(command, log_path, record=True)
+    return run_child(command, log_path, record=True, checkpoint_dir=checkpoint_dir)
 
 
 CPU_POLL_SECONDS = 30.0
 
 
-def _wait_marking(process: subprocess.Popen, totals_path: str, wall_before: float) -> int:
+def _wait_marking(process: subprocess.Popen, totals_path: str, wall_before: float,
+                  checkpoint_dir: Optional[str]) -> int:
     """Waits for `process`, writing its CPU time so far into `totals_path` as the piece
-    still running, every `CPU_POLL_SECONDS`."""
+    still running, every `CPU_POLL_SECONDS`; with a `checkpoint_dir`, what counts is the
+    CPU time at the first poll that saw its latest checkpoint (none yet: nothing)."""
+    index = os.path.join(checkpoint_dir, "checkpoint") if checkpoint_dir else None
+    latest = _read_text(index) if index else None
+    kept = {"cpu_seconds": 0.0, "wall_seconds": 0.0}
     while True:
         try:
             return process.wait(timeout=CPU_POLL_SECONDS)
         except subprocess.TimeoutExpired:
             cpu = process_cpu_seconds(process.pid)
-            if cpu is not None:
-                totals = _read_totals(totals_path)
-                totals["running"] = {"cpu_seconds": cpu,
-                                     "wall_seconds": time.time() - wall_before}
-                _write_json(totals_path, totals)
+            if cpu is None:
+                continue
+            now = {"cpu_seconds": cpu, "wall_seconds": time.time() - wall_before}
+            if index:
+                current = _read_text(index)
+                if current != latest:
+                    latest, kept = current, now
+                now = kept
+            totals = _read_totals(totals_path)
+            totals["running"] = now
+            _write_json(totals_path, totals)
+
+
+def _read_text(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def process_cpu_seconds(pid: int) -> Optional[float]:
@@ -456,10 +479,10 @@ def run_stage(stage: claims_lib.Stage, seed: int, previous: Optional[str], value
     if until is not None and until < steps:
         # The same run, stopped early: the schedule (decay to 0 at `steps`) is unchanged.
         cpu, wall = run_counted(command + [f"--params_override=trainer.train_steps={until}"],
-                                os.path.join(directory, "train.log"))
+                                os.path.join(directory, "train.log"), model_dir)
         record.update(cpu_seconds=cpu, wall_seconds=wall, reused=False)
         return record
-    cpu, wall = run_counted(command, os.path.join(directory, "train.log"))
+    cpu, wall = run_counted(command, os.path.join(directory, "train.log"), model_dir)
     record.update(cpu_seconds=cpu, wall_seconds=wall)
     _write_json(record_path, record)
     record["reused"] = False

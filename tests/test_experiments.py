@@ -205,41 +205,61 @@ def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
     assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
 
 
-_BUSY_CHILD = "import time\nend = time.process_time() + 30\nwhile time.process_time() < end: pass"
+# A training child: 1 CPU second, a checkpoint, then 30 more.
+_BUSY_CHILD = """import pathlib, sys, time
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+burn(1.0)
+(pathlib.Path(sys.argv[1]) / "checkpoint").write_text("ckpt-1")
+burn(30.0)
+"""
 
 
-def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path):
-    """A runner killed with SIGKILL (a session's end) leaves its child's CPU time so far
-    as the running piece; the next piece on the same log counts it."""
+@pytest.mark.parametrize("with_checkpoints", [False, True])
+def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
+                                                                       with_checkpoints):
+    """A runner killed with SIGKILL (a session's end) leaves its child's CPU time as the
+    running piece (a training child's: up to its last checkpoint, the work kept); the next
+    piece on the same log counts it."""
     import os
     import signal
     import time
 
-    log = tmp_path / "stage" / "train.log"
+    log, model_dir = tmp_path / "stage" / "train.log", tmp_path / "stage" / "run"
+    model_dir.mkdir(parents=True)
     totals_path = tmp_path / "stage" / "train.log.cpu.json"
-    script = (f"from experiments import run\nrun.CPU_POLL_SECONDS = 0.2\n"
-              f"run.run_counted([{sys.executable!r}, '-c', {_BUSY_CHILD!r}], {str(log)!r})")
+    child = [sys.executable, "-c", _BUSY_CHILD, str(model_dir)]
+    checkpoint_dir = str(model_dir) if with_checkpoints else None
+    script = (f"from experiments import run\nrun.CPU_POLL_SECONDS = 0.1\n"
+              f"run.run_counted({child!r}, {str(log)!r}, {checkpoint_dir!r})")
     runner = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_DIR,
                               env=subprocess_env(), start_new_session=True)
     try:
-        mark = {}
-        deadline = time.time() + 60
-        while mark.get("cpu_seconds", 0.0) < 1.0 and time.time() < deadline:
-            time.sleep(0.2)
-            if totals_path.exists():
-                mark = json.loads(totals_path.read_text(encoding="utf-8")).get("running", {})
-        assert mark.get("cpu_seconds", 0.0) >= 1.0, "no CPU mark while the child ran"
+        children = f"/proc/{runner.pid}/task/{runner.pid}/children"
+        deadline, used = time.time() + 60, 0.0
+        while used < 2.5 and time.time() < deadline:  # 1.5 CPU seconds past the checkpoint
+            time.sleep(0.05)
+            pids = open(children, encoding="ascii").read().split()
+            used = (pids and run.process_cpu_seconds(int(pids[0]))) or 0.0
+        assert used >= 2.5 and (model_dir / "checkpoint").exists(), used
     finally:
         os.killpg(runner.pid, signal.SIGKILL)  # the runner and its child, no clean-up
         runner.wait()
     killed = json.loads(totals_path.read_text(encoding="utf-8"))
-    assert killed["pieces"] == 0 and killed["running"]["cpu_seconds"] >= 1.0
+    marked = killed["running"]["cpu_seconds"]
+    assert killed["pieces"] == 0
+    if with_checkpoints:
+        assert 0.9 <= marked < 1.6, marked  # at the checkpoint, not at the kill
+    else:
+        assert marked > 2.0, marked
 
     cpu, _ = run.run_counted([sys.executable, "-c", "pass"], str(log))
     totals = json.loads(totals_path.read_text(encoding="utf-8"))
     assert (totals["pieces"], totals["interrupted"]) == (2, 1)
     assert "running" not in totals
-    assert cpu == totals["cpu_seconds"] > killed["running"]["cpu_seconds"]
+    assert cpu == totals["cpu_seconds"] > marked
 
 
 def _curve_summary():
