@@ -262,6 +262,19 @@ def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
     assert cpu == totals["cpu_seconds"] > marked
 
 
+def _render(tmp_path, summary):
+    """docs/claims.md as `python -m experiments.report --no_collect` writes it from this
+    one summary (plots beside it, in tmp_path/claims/)."""
+    summary_dir = tmp_path / "results"
+    summary_dir.mkdir()
+    (summary_dir / f"{summary['claim']}.json").write_text(json.dumps(summary),
+                                                          encoding="utf-8")
+    doc = tmp_path / "claims.md"
+    assert report.main(["--no_collect", "--summary_dir", str(summary_dir),
+                        "--doc", str(doc)]) == 0
+    return doc.read_text(encoding="utf-8")
+
+
 def _curve_summary():
     """A learning-curve summary: 3 seeds, points at half and all of each arm's steps."""
     claim = claims.CLAIMS["cmlm_vs_mlm"]
@@ -289,14 +302,7 @@ def _curve_summary():
 
 
 def test_report_draws_learning_curves_and_compares_at_equal_cpu(tmp_path):
-    summary_dir = tmp_path / "results"
-    summary_dir.mkdir()
-    (summary_dir / "cmlm_vs_mlm.json").write_text(json.dumps(_curve_summary()),
-                                                  encoding="utf-8")
-    doc = tmp_path / "claims.md"
-    assert report.main(["--no_collect", "--summary_dir", str(summary_dir),
-                        "--doc", str(doc)]) == 0
-    page = doc.read_text(encoding="utf-8")
+    page = _render(tmp_path, _curve_summary())
     # At the last point: CMLM 0.70/0.71/0.72 against MLM 0.55.
     assert "CMLM beats MLM at the same steps (at 100 % of the steps) | +0.160 ± 0.006" in page
     # At equal CPU time (600 s, MLM's last point): CMLM at its half-way point, 0.60/0.61/0.62.
@@ -327,14 +333,7 @@ def test_report_compares_compute_to_a_fixed_training_accuracy(tmp_path):
                                    {"steps": 100, "cpu_seconds": 180.0}],
                         "train_curves": [{"mlm_accuracy": [[50, 0.1], [100, 0.3]]},
                                          {"mlm_accuracy": [[50, 0.35], [100, 0.5]]}]})
-    summary_dir = tmp_path / "results"
-    summary_dir.mkdir()
-    (summary_dir / "stacking.json").write_text(json.dumps(
-        {"claim": "stacking", "steps": 1000, "records": records}), encoding="utf-8")
-    doc = tmp_path / "claims.md"
-    assert report.main(["--no_collect", "--summary_dir", str(summary_dir),
-                        "--doc", str(doc)]) == 0
-    page = doc.read_text(encoding="utf-8")
+    page = _render(tmp_path, {"claim": "stacking", "steps": 1000, "records": records})
     # 4 - 10, 4 - 11, 4 - 12 CPU min: -7 ± 0.577, below -0.5 min on the predicted side.
     assert ("fixed training MLM accuracy (training CPU min to mlm_accuracy 0.400) | "
             "-7.000 ± 0.577 |") in page
@@ -394,14 +393,7 @@ def test_report_renders_only_numbers_from_the_summary(tmp_path):
                             "cpu_seconds": {"total": 60.0},
                             "command": "python -m experiments.run --claim negatives --seeds 3",
                             "machine": {"cpu": "test CPU", "cores": 2}})
-    summary_dir = tmp_path / "results"
-    summary_dir.mkdir()
-    (summary_dir / "negatives.json").write_text(json.dumps(
-        {"claim": "negatives", "steps": 1000, "records": records}), encoding="utf-8")
-    doc = tmp_path / "claims.md"
-    assert report.main(["--no_collect", "--summary_dir", str(summary_dir),
-                        "--doc", str(doc)]) == 0
-    page = doc.read_text(encoding="utf-8")
+    page = _render(tmp_path, {"claim": "negatives", "steps": 1000, "records": records})
     assert "| 2 replicas × 16, gathered (32 candidates) | 3 | 0.620 ± 0.006 |" in page
     assert "+0.093 ± 0.009" in page  # the paired differences 0.09, 0.08, 0.11
     assert "**reproduced**" in page
