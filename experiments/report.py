@@ -527,8 +527,9 @@ paper is right at its own.
 
 **CPU time** is user + system time of the child processes (training, export, evaluation, and
 writing the shared random initialisation), measured by the runner per piece; a stage two arms
-share is counted once, under the arm that trained it. The runs shared their 2 cores with
-other jobs, so wall times are not reported.
+share is counted once, under the arm that trained it. A training piece stopped outright (a
+machine's session ending) counts up to its last checkpoint, from the runner's mark every
+30 s. The runs shared their 2 cores with other jobs, so wall times are not reported.
 """
 
 
