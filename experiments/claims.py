@@ -63,8 +63,9 @@ class Comparison:
     direction: int = 1
     tolerance: float = 0.01
     # Compute to a fixed level: a training-summary tag that rises (an accuracy). Each run's
-    # value is then the training CPU minutes it needs to first reach the lowest final value
-    # of the tag over every run of both arms, so that each run reaches it.
+    # value is then the training CPU minutes it needs to first reach the lowest final level
+    # of the tag (the mean of its last 3 logged values) over every run of both arms, a level
+    # each run reaches.
     to_reach: str = ""
 
 
@@ -578,7 +579,8 @@ STACKING = Claim(
           "(*Persuasion*) for MLM, with TLM on Bible training pairs. Both arms of a seed "
           "use the same seed, but not the same initial weights (the shapes differ). Compute to "
           "a fixed level: the training CPU minutes each run needs to first reach the lowest "
-          "final training MLM accuracy of all runs (so every run reaches it), read from the "
+          "final training MLM accuracy of all runs (a run's final level: the mean of its "
+          "last three logged values, 150 steps; every run reaches the lowest), from the "
           "training summaries every 50 steps.",
     export_seq_length=64,
     cpu_minutes_per_seed=6.0,

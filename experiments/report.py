@@ -80,6 +80,9 @@ def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None
 # Numbers
 
 
+REACH_LAST = 3  # logged values a run's final level of a compute-to-reach tag averages
+
+
 class ClaimResults:
     """One claim's summary: metric values per arm and seed, resolved arm names."""
 
@@ -179,9 +182,11 @@ class ClaimResults:
                 float(np.mean(budgets)) if budgets else float("nan"))
 
     def reach_target(self, comparison: claims_lib.Comparison) -> float:
-        """The level of `comparison.to_reach` every run of both arms reached: the lowest
-        final value of the tag over those runs."""
-        finals = [curve[-1][1] for arm in (comparison.treatment, comparison.control)
+        """The level of `comparison.to_reach` every run of both arms reached: the lowest,
+        over those runs, of a run's mean of its last `REACH_LAST` logged values (one of
+        which is at least that mean, so the run reached it)."""
+        finals = [float(np.mean([y for _, y in curve[-REACH_LAST:]]))
+                  for arm in (comparison.treatment, comparison.control)
                   for record in self.by_arm.get(self.resolve(arm), {}).values()
                   for curve in [training_curve(record, comparison.to_reach, "cpu")] if curve]
         return min(finals) if finals else float("nan")
