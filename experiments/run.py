@@ -85,7 +85,7 @@ def run_child(command: List[str], log_path: str, record: bool = False,
     piece in `log_path`.cpu.json, this one included. Raises on failure, and `Stopped` (after
     stopping the child and counting its CPU time) on SIGTERM or Ctrl-C.
 
-    While the child runs, its CPU time so far is written to the totals file every
+    While a recorded child runs, its CPU time so far is written to the totals file every
     `CPU_POLL_SECONDS` as a piece still running, so a runner killed outright (a session's
     end, SIGKILL) loses at most that much: the next piece on the same log counts it. A
     training run passes its `checkpoint_dir`: a killed piece then counts up to its last
@@ -101,7 +101,8 @@ def run_child(command: List[str], log_path: str, record: bool = False,
         process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
-            returncode = _wait_marking(process, totals_path, wall_before, checkpoint_dir)
+            returncode = _wait_marking(process, totals_path if record else None, wall_before,
+                                       checkpoint_dir)
         except (KeyboardInterrupt, Stopped):
             process.terminate()
             process.wait()
@@ -111,10 +112,6 @@ def run_child(command: List[str], log_path: str, record: bool = False,
     if record:
         totals = _add_cpu(totals_path, cpu, wall)
         cpu, wall = totals["cpu_seconds"], totals["wall_seconds"]
-    elif os.path.exists(totals_path):
-        totals = _read_totals(totals_path)
-        if totals.pop("running", None):
-            _write_json(totals_path, totals)
     if returncode:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-2000:]
@@ -133,11 +130,14 @@ def run_counted(command: List[str], log_path: str, checkpoint_dir: Optional[str]
 CPU_POLL_SECONDS = 30.0
 
 
-def _wait_marking(process: subprocess.Popen, totals_path: str, wall_before: float,
+def _wait_marking(process: subprocess.Popen, totals_path: Optional[str], wall_before: float,
                   checkpoint_dir: Optional[str]) -> int:
-    """Waits for `process`, writing its CPU time so far into `totals_path` as the piece
-    still running, every `CPU_POLL_SECONDS`; with a `checkpoint_dir`, what counts is the
-    CPU time at the first poll that saw its latest checkpoint (none yet: nothing)."""
+    """Waits for `process`, writing its CPU time so far into `totals_path` (None: a piece
+    nobody counts, no marks) as the piece still running, every `CPU_POLL_SECONDS`; with a
+    `checkpoint_dir`, what counts is the CPU time at the first poll that saw its latest
+    checkpoint (none yet: nothing)."""
+    if totals_path is None:
+        return process.wait()
     index = os.path.join(checkpoint_dir, "checkpoint") if checkpoint_dir else None
     latest = _read_text(index) if index else None
     kept = {"cpu_seconds": 0.0, "wall_seconds": 0.0}
