@@ -97,6 +97,12 @@ _SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "am
                 "amx_int8")
 
 
+def speed_flags() -> List[str]:
+    """The CPU's flags that matter for speed figures (vector and matrix extensions)."""
+    flags = cpu_flags() or set()
+    return [flag for flag in _SPEED_FLAGS if flag in flags]
+
+
 def describe_cpu() -> str:
     """`model name, N cores, flags: ...` with the flags that matter for speed figures."""
     name = "unknown CPU"
@@ -106,9 +112,7 @@ def describe_cpu() -> str:
                          if line.startswith("model name")), name)
     except OSError:
         pass
-    flags = cpu_flags() or set()
-    return (f"{name}, {os.cpu_count()} cores, flags: "
-            f"{' '.join(flag for flag in _SPEED_FLAGS if flag in flags) or 'unknown'}")
+    return f"{name}, {os.cpu_count()} cores, flags: {' '.join(speed_flags()) or 'unknown'}"
 
 
 def warn_if_bfloat16_is_emulated() -> bool:

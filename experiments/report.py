@@ -4,7 +4,9 @@ r"""Writes docs/claims.md and its plots from the runner's JSON.
 
 1. Collects (unless `--no_collect`): every `RESULTS/<claim>/steps<S>/<arm>/seed<k>.json` at
    the claim's default steps (or `--steps`) into `experiments/results/<claim>.json`, the
-   committed summary.
+   committed summary. An (arm, seed) found under RESULTS replaces that arm and seed in the
+   summary (its result and its learning-curve points together); the others stay, so seeds
+   run on other machines (`experiments.run --seed K`) are kept.
 2. Renders: reads only `experiments/results/*.json` and writes `docs/claims.md` and
    `docs/claims/<claim>.png`. Every number on the page comes from those files.
    (`--summary_dir` and `--doc` put both elsewhere, the plots beside the page.)
@@ -35,10 +37,11 @@ BEST_QUEUE = "BEST_QUEUE"
 # Collect
 
 
-def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None
-            ) -> Optional[dict]:
+def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None,
+            previous: Optional[dict] = None) -> Optional[dict]:
     """The claim's per-seed JSON at `steps` (default: the claim's), as one summary (None if
-    there is none)."""
+    there is none), added to the `previous` summary at the same steps: what RESULTS holds for
+    an (arm, seed) replaces all of that arm and seed in `previous`."""
     steps = steps or claim.steps
     pattern = os.path.join(results, claim.name, f"steps{steps}", "*", "seed*.json")
     records = []
@@ -68,6 +71,12 @@ def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None
         points.append({key: point[key] for key in (
             "arm", "seed", "step", "steps", "fraction", "train_cpu_seconds", "cpu_seconds",
             "metrics")})
+    if previous and previous.get("steps") == steps:
+        found = {(item["arm"], item["seed"]) for item in records + points}
+        records += [r for r in previous["records"] if (r["arm"], r["seed"]) not in found]
+        points += [p for p in previous.get("points", []) if (p["arm"], p["seed"]) not in found]
+        records.sort(key=lambda r: (r["arm"], r["seed"]))
+        points.sort(key=lambda p: (p["arm"], p["seed"], p["step"]))
     if not records and not points:
         return None
     summary = {"claim": claim.name, "steps": steps, "records": records}
@@ -279,7 +288,9 @@ class ClaimResults:
         return sorted({r["command"] for r in self.records})
 
     def machines(self) -> List[str]:
-        return sorted({f"{r['machine']['cpu']}, {r['machine']['cores']} cores"
+        return sorted({f"{r['machine']['cpu']}"
+                       + (f" ({' '.join(r['machine']['flags'])})" if r["machine"].get("flags")
+                          else "") + f", {r['machine']['cores']} cores"
                        for r in self.records})
 
 
@@ -514,10 +525,10 @@ every arm of the comparison for several seeds with the library's own experiments
 recipes, and evaluates the exports on held-out data. Everything on this page (every number,
 table and plot) is written by `python -m experiments.report` from the runner's JSON
 (`experiments/results/<claim>.json`); the runner is
-`python -m experiments.run --claim NAME [--seeds 3] [--steps S]` (`--list` shows the claims
-and their CPU time). The recipes are in `experiments/claims.py` and `experiments/recipes/`;
-the training runs go through `cmlm_tf.train` (`experiments/train.py` adds the seed and the
-logical CPU devices for two replicas).
+`python -m experiments.run --claim NAME [--seeds 3 | --seed K] [--steps S]` (`--list` shows
+the claims and their CPU time). The recipes are in `experiments/claims.py` and
+`experiments/recipes/`; the training runs go through `cmlm_tf.train` (`experiments/train.py`
+adds the seed and the logical CPU devices for two replicas).
 
 **How to read the verdicts.** Arms of one seed share the random initialisation (or the
 pre-trained weights) and the data order, so each comparison is a paired difference over
@@ -534,7 +545,10 @@ paper is right at its own.
 writing the shared random initialisation), measured by the runner per piece; a stage two arms
 share is counted once, under the arm that trained it. A training piece stopped outright (a
 machine's session ending) counts up to its last checkpoint, from the runner's mark every
-30 s. The runs shared their 2 cores with other jobs, so wall times are not reported.
+30 s. The runs shared their 2 cores with other jobs, so wall times are not reported. All
+arms of one seed run on one machine, so a paired difference never mixes machines; the seeds
+of a claim may come from different machines (`--seed K`), listed under the claim with the
+vector extensions of their CPU.
 """
 
 
@@ -795,10 +809,14 @@ def main(argv=None) -> int:
         for claim in claims_lib.CLAIMS.values():
             if claim.results_from:
                 continue  # rendered from its source claim's summary
-            summary = collect(args.results, claim, args.steps)
+            path = os.path.join(args.summary_dir, f"{claim.name}.json")
+            previous = None
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    previous = json.load(f)
+            summary = collect(args.results, claim, args.steps, previous)
             if summary is not None:
-                with open(os.path.join(args.summary_dir, f"{claim.name}.json"), "w",
-                          encoding="utf-8") as f:
+                with open(path, "w", encoding="utf-8") as f:
                     json.dump(summary, f, indent=1)
     summaries = {}
     for path in sorted(glob.glob(os.path.join(args.summary_dir, "*.json"))):

@@ -1,7 +1,7 @@
 r"""Runs one claim end to end: train every arm for every seed, export, evaluate.
 
-    python -m experiments.run --claim NAME [--seeds 3] [--steps S] [--arms a,b] \
-        [--results runs/experiments] [--shared_data ../shared/data]
+    python -m experiments.run --claim NAME [--seeds 3 | --seed K ...] [--steps S] \
+        [--arms a,b] [--results runs/experiments] [--shared_data ../shared/data]
     python -m experiments.run --list
 
 Each (claim, arm, seed) ends in `RESULTS/NAME/steps<S>/<arm>/seed<k>.json`: the metrics of
@@ -10,7 +10,9 @@ Each (claim, arm, seed) ends in `RESULTS/NAME/steps<S>/<arm>/seed<k>.json`: the 
 initialisation, training, export, evaluation. A finished arm is skipped, and an interrupted
 training resumes from its last checkpoint, so a claim can run in pieces; a stage that two
 arms (or two claims) share is trained once (`RESULTS/stages/`). Seeds run in order, all
-arms of seed 1 first. Run it niced on a shared machine: `nice -n 19 python -m
+arms of seed 1 first; `--seed K` runs seed K alone, so the seeds of a claim can run on
+different machines (`experiments.report` adds each machine's results to the committed
+summary). Run it niced on a shared machine: `nice -n 19 python -m
 experiments.run ...`. `python -m experiments.report` turns the JSON into docs/claims.md.
 
 A claim with `eval_points` (learning curves) runs point by point: every trained arm of the
@@ -36,6 +38,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
+from cmlm_tf import inference
 from experiments import claims as claims_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +61,7 @@ def _raise_stopped(signum, frame):
 class Context:
     results: str
     shared: str
-    seeds: int
+    seeds: List[int]
     steps: int
     command: str
 
@@ -403,10 +406,10 @@ def best_queue_size(claim: claims_lib.Claim, ctx: Context) -> int:
             continue
         values = [_read_json(path)["metrics"][claim.metric]
                   for path in (_result_path(claim, arm, seed, ctx)
-                               for seed in range(1, ctx.seeds + 1)) if os.path.exists(path)]
-        if len(values) < ctx.seeds:
-            raise RuntimeError(f"{arm.name}: {len(values)} of {ctx.seeds} seeds finished; the "
-                               "momentum arm needs every queue arm first")
+                               for seed in ctx.seeds) if os.path.exists(path)]
+        if len(values) < len(ctx.seeds):
+            raise RuntimeError(f"{arm.name}: {len(values)} of {len(ctx.seeds)} seeds finished; "
+                               "the momentum arm needs every queue arm first")
         means[arm.name] = (sum(values) / len(values), arm.x)
     return int(max(means.values())[1])
 
@@ -564,7 +567,7 @@ def write_result(path: str, claim: claims_lib.Claim, arm: claims_lib.Arm, seed: 
         "wall_seconds": {**wall, "total": sum(wall.values())},
         **extra,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
-                    "python": platform.python_version()},
+                    "flags": inference.speed_flags(), "python": platform.python_version()},
         "git_commit": _git_commit(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -746,7 +749,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--claim", choices=sorted(claims_lib.CLAIMS))
     parser.add_argument("--list", action="store_true", help="the claims and their CPU time")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="run seeds 1 to SEEDS")
+    parser.add_argument("--seed", type=int, action="append", metavar="K",
+                        help="run only seed K (repeatable), e.g. the seeds another machine "
+                             "has not run; their results join the committed summary")
     parser.add_argument("--steps", type=int, help="the claim's step count (default: its own)")
     parser.add_argument("--arms", help="comma-separated arms (default: all)")
     parser.add_argument("--results", default=os.path.join(REPO, "runs", "experiments"))
@@ -768,21 +774,25 @@ def main(argv=None) -> int:
         print(f"{claim.name}: evaluated by the runs of {claim.results_from}; running that")
         claim = claims_lib.CLAIMS[claim.results_from]
     steps = args.steps or claim.steps
-    command = f"python -m experiments.run --claim {claim.name} --seeds {args.seeds}"
+    if args.seed and min(args.seed) < 1:
+        parser.error(f"--seed {min(args.seed)}: seeds start at 1")
+    seeds = sorted(set(args.seed)) if args.seed else list(range(1, args.seeds + 1))
+    command = f"python -m experiments.run --claim {claim.name} " + (
+        " ".join(f"--seed {seed}" for seed in seeds) if args.seed else f"--seeds {args.seeds}")
     if args.steps:
         command += f" --steps {args.steps}"
     ctx = Context(results=results, shared=os.path.abspath(args.shared_data),
-                  seeds=args.seeds, steps=steps, command=command)
+                  seeds=seeds, steps=steps, command=command)
     arms = [claim.arm(name) for name in args.arms.split(",")] if args.arms else claim.arms
     signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         prepare(claim.needs, ctx)
         if claim.eval_points:
-            for seed in range(1, args.seeds + 1):
+            for seed in seeds:
                 run_curves(claim, arms, seed, ctx)
             return 0
         for after_best in (False, True):
-            for seed in range(1, args.seeds + 1):
+            for seed in seeds:
                 for arm in arms:
                     if arm.after_best != after_best or (arm.deterministic and seed > 1):
                         continue

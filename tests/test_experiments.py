@@ -107,7 +107,7 @@ def test_every_stage_of_every_claim_builds_a_valid_config(tmp_path, minilm_hf_di
     from cmlm_tf import convert_hf_bert, train
 
     ctx = run.Context(results=str(tmp_path / "results"), shared=str(tmp_path / "shared"),
-                      seeds=1, steps=2, command="")
+                      seeds=[1], steps=2, command="")
     values = {**run.arm_values(1, ctx), "best_queue_size": 16}
     warm_start = convert_hf_bert.warm_start_config(
         convert_hf_bert.read_hf_metadata(str(minilm_hf_dir)),
@@ -289,7 +289,8 @@ def _curve_summary():
                         "metrics": {metric: 0.40, "stsb_nn/both": 0.3},
                         "cpu_seconds": {"total": 30.0},
                         "command": "python -m experiments.run --claim cmlm_vs_mlm --seeds 3",
-                        "machine": {"cpu": "test CPU", "cores": 2}})
+                        "machine": {"cpu": "test CPU", "cores": 2,
+                                    "flags": ["avx2", "avx512f"] if seed == 3 else ["avx2"]}})
         for arm, steps, values, offset in arms:
             for (cpu, value), fraction in zip(values, (0.5, 1.0)):
                 value += offset * (seed - 1)
@@ -311,6 +312,7 @@ def test_report_draws_learning_curves_and_compares_at_equal_cpu(tmp_path):
     assert "| CMLM beats MLM with twice the steps | 20.0 | +0.150 ± 0.006 |" in page
     assert "| CMLM | 5,000 | 3 | 10.0 | 0.610 ± 0.006 |" in page
     assert "MLM, twice the steps: 3 seeds, 2, 2, 2 of 7 points" in page
+    assert "(test CPU (avx2 avx512f), 2 cores; test CPU (avx2), 2 cores)" in page
     assert (tmp_path / "claims" / "cmlm_vs_mlm.png").stat().st_size > 0
 
 
@@ -342,6 +344,61 @@ def test_report_compares_compute_to_a_fixed_training_accuracy(tmp_path):
     row = next(line for line in page.splitlines() if "mlm_accuracy 0.400" in line)
     assert row.endswith("**reproduced** |")
     assert (tmp_path / "claims" / "stacking.png").stat().st_size > 0
+
+
+def _write_arm_seed(results, arm, seed, value, steps=(5000, 10000)):
+    """A finished curve arm and seed under the runner's RESULTS: its result file and its
+    points at `steps`, each with the metric `value`."""
+    folder = results / "cmlm_vs_mlm" / "steps10000" / arm
+    (folder / f"seed{seed}" / "points").mkdir(parents=True)
+    (folder / f"seed{seed}.json").write_text(json.dumps({
+        "arm": arm, "seed": seed, "metrics": {"stsb/spearman": value},
+        "cpu_seconds": {"total": 60.0}, "cpu_seconds_with_reused_stages": {"total": 60.0},
+        "wall_seconds": {"total": 40.0}, "train_curves": [], "stages": [],
+        "command": f"python -m experiments.run --claim cmlm_vs_mlm --seed {seed}",
+        "machine": {"cpu": "this CPU", "cores": 2}, "git_commit": "abc", "finished": ""}),
+        encoding="utf-8")
+    for step in steps:
+        (folder / f"seed{seed}" / "points" / f"step{step}.json").write_text(json.dumps({
+            "arm": arm, "seed": seed, "step": step, "steps": 10000, "fraction": step / 1e4,
+            "train_cpu_seconds": step / 100, "cpu_seconds": {"export_and_evaluate": 5.0},
+            "metrics": {"stsb/spearman": value}}), encoding="utf-8")
+
+
+def test_collect_adds_this_machines_seeds_to_the_committed_summary(tmp_path):
+    """Seeds run on another machine stay in the summary; an (arm, seed) run here replaces
+    that arm and seed whole, stale points included."""
+    claim = claims.CLAIMS["cmlm_vs_mlm"]
+    first, second, here = (tmp_path / name for name in ("first", "second", "here"))
+    _write_arm_seed(first, "cmlm", 2, 0.7)
+    previous = report.collect(str(first), claim)
+    _write_arm_seed(second, "cmlm", 1, 0.5, steps=(500, 1000, 2000))
+    _write_arm_seed(second, "mlm", 2, 0.6)
+    previous = report.collect(str(second), claim, previous=previous)
+    # This machine: cmlm seed 1 again (now with two points) and cmlm seed 3.
+    _write_arm_seed(here, "cmlm", 1, 0.55)
+    _write_arm_seed(here, "cmlm", 3, 0.65)
+    summary = report.collect(str(here), claim, previous=previous)
+    assert [(r["arm"], r["seed"], r["metrics"]["stsb/spearman"]) for r in summary["records"]] \
+        == [("cmlm", 1, 0.55), ("cmlm", 2, 0.7), ("cmlm", 3, 0.65), ("mlm", 2, 0.6)]
+    assert [(p["arm"], p["seed"], p["step"]) for p in summary["points"]] == [
+        (arm, seed, step) for arm, seed in (("cmlm", 1), ("cmlm", 2), ("cmlm", 3), ("mlm", 2))
+        for step in (5000, 10000)]
+    # A summary at other steps is not mixed in.
+    assert report.collect(str(here), claim, steps=20, previous=summary) is None
+
+
+def test_seed_option_runs_only_the_seeds_named(monkeypatch, tmp_path):
+    ran = []
+    monkeypatch.setattr(run, "prepare", lambda needs, ctx: None)
+    monkeypatch.setattr(run, "run_arm",
+                        lambda claim, arm, seed, ctx: ran.append((arm.name, seed, ctx.command)))
+    assert run.main(["--claim", "margin", "--arms", "margin_0", "--seed", "3", "--seed", "2",
+                     "--results", str(tmp_path)]) == 0
+    command = "python -m experiments.run --claim margin --seed 2 --seed 3"
+    assert ran == [("margin_0", 2, command), ("margin_0", 3, command)]
+    with pytest.raises(SystemExit):
+        run.main(["--claim", "margin", "--seed", "0", "--results", str(tmp_path)])
 
 
 def test_list_names_every_claim():
