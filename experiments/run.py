@@ -783,7 +783,10 @@ def main(argv=None) -> int:
         command += f" --steps {args.steps}"
     ctx = Context(results=results, shared=os.path.abspath(args.shared_data),
                   seeds=seeds, steps=steps, command=command)
-    arms = [claim.arm(name) for name in args.arms.split(",")] if args.arms else claim.arms
+    try:
+        arms = [claim.arm(name) for name in args.arms.split(",")] if args.arms else claim.arms
+    except KeyError as e:
+        parser.error(f"--arms: {e.args[0]}")
     signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         prepare(claim.needs, ctx)

@@ -388,7 +388,8 @@ def test_collect_adds_this_machines_seeds_to_the_committed_summary(tmp_path):
     assert report.collect(str(here), claim, steps=20, previous=summary) is None
 
 
-def test_seed_option_runs_only_the_seeds_named(monkeypatch, tmp_path):
+def test_seed_runs_only_those_seeds_and_bad_options_are_one_line_errors(monkeypatch, tmp_path,
+                                                                        capsys):
     ran = []
     monkeypatch.setattr(run, "prepare", lambda needs, ctx: None)
     monkeypatch.setattr(run, "run_arm",
@@ -397,8 +398,11 @@ def test_seed_option_runs_only_the_seeds_named(monkeypatch, tmp_path):
                      "--results", str(tmp_path)]) == 0
     command = "python -m experiments.run --claim margin --seed 2 --seed 3"
     assert ran == [("margin_0", 2, command), ("margin_0", 3, command)]
-    with pytest.raises(SystemExit):
-        run.main(["--claim", "margin", "--seed", "0", "--results", str(tmp_path)])
+    for bad, message in ((["--seed", "0"], "--seed 0: seeds start at 1"),
+                         (["--arms", "queue_16"], "--arms: claim margin: no arm 'queue_16'")):
+        with pytest.raises(SystemExit):
+            run.main(["--claim", "margin", *bad, "--results", str(tmp_path)])
+        assert message in capsys.readouterr().err
 
 
 def test_list_names_every_claim():
