@@ -288,10 +288,19 @@ class ClaimResults:
         return sorted({r["command"] for r in self.records})
 
     def machines(self) -> List[str]:
-        return sorted({f"{r['machine']['cpu']}"
-                       + (f" ({' '.join(r['machine']['flags'])})" if r["machine"].get("flags")
-                          else "") + f", {r['machine']['cores']} cores"
-                       for r in self.records})
+        return sorted({_machine(r["machine"]) for r in self.records})
+
+
+def _machine(machine: dict) -> str:
+    """`CPU (flags), N cores[, T TensorFlow thread(s) per process]` of a result."""
+    text = machine["cpu"]
+    if machine.get("flags"):
+        text += f" ({' '.join(machine['flags'])})"
+    text += f", {machine['cores']} cores"
+    threads = machine.get("tf_threads")
+    if threads:
+        text += f", {threads} TensorFlow thread{'s' if threads > 1 else ''} per process"
+    return text
 
 
 def _fmt(value: float, digits: int = 3) -> str:

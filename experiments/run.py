@@ -75,6 +75,16 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+# The environment variables of TensorFlow's two thread pools, set by `--threads`.
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+def _tf_threads() -> Optional[int]:
+    """The TensorFlow threads of every child (`--threads`), None for TensorFlow's default."""
+    value = os.environ.get(THREAD_VARIABLES[0])
+    return int(value) if value and value.isdigit() else None
+
+
 def _env() -> Dict[str, str]:
     path = os.environ.get("PYTHONPATH", "")
     return dict(os.environ, PYTHONPATH=REPO + (os.pathsep + path if path else ""),
@@ -567,7 +577,8 @@ def write_result(path: str, claim: claims_lib.Claim, arm: claims_lib.Arm, seed: 
         "wall_seconds": {**wall, "total": sum(wall.values())},
         **extra,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
-                    "flags": inference.speed_flags(), "python": platform.python_version()},
+                    "flags": inference.speed_flags(), "tf_threads": _tf_threads(),
+                    "python": platform.python_version()},
         "git_commit": _git_commit(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -754,6 +765,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run only seed K (repeatable), e.g. the seeds another machine "
                              "has not run; their results join the committed summary")
     parser.add_argument("--steps", type=int, help="the claim's step count (default: its own)")
+    parser.add_argument("--threads", type=int,
+                        help="TensorFlow threads of every training, export and evaluation "
+                             "process (default: TensorFlow's, one per core); with 1, two "
+                             "runners share 2 cores (see docs/claims.md)")
     parser.add_argument("--arms", help="comma-separated arms (default: all)")
     parser.add_argument("--results", default=os.path.join(REPO, "runs", "experiments"))
     parser.add_argument("--shared_data", default=os.path.join(REPO, "..", "shared", "data"))
@@ -776,9 +791,16 @@ def main(argv=None) -> int:
     steps = args.steps or claim.steps
     if args.seed and min(args.seed) < 1:
         parser.error(f"--seed {min(args.seed)}: seeds start at 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads}: give 1 or more")
+        for name in THREAD_VARIABLES:
+            os.environ[name] = str(args.threads)
     seeds = sorted(set(args.seed)) if args.seed else list(range(1, args.seeds + 1))
     command = f"python -m experiments.run --claim {claim.name} " + (
         " ".join(f"--seed {seed}" for seed in seeds) if args.seed else f"--seeds {args.seeds}")
+    if args.threads is not None:
+        command += f" --threads {args.threads}"
     if args.steps:
         command += f" --steps {args.steps}"
     ctx = Context(results=results, shared=os.path.abspath(args.shared_data),

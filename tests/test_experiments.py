@@ -290,7 +290,8 @@ def _curve_summary():
                         "cpu_seconds": {"total": 30.0},
                         "command": "python -m experiments.run --claim cmlm_vs_mlm --seeds 3",
                         "machine": {"cpu": "test CPU", "cores": 2,
-                                    "flags": ["avx2", "avx512f"] if seed == 3 else ["avx2"]}})
+                                    "flags": ["avx2", "avx512f"] if seed == 3 else ["avx2"],
+                                    "tf_threads": 1 if seed == 3 else None}})
         for arm, steps, values, offset in arms:
             for (cpu, value), fraction in zip(values, (0.5, 1.0)):
                 value += offset * (seed - 1)
@@ -312,7 +313,8 @@ def test_report_draws_learning_curves_and_compares_at_equal_cpu(tmp_path):
     assert "| CMLM beats MLM with twice the steps | 20.0 | +0.150 ± 0.006 |" in page
     assert "| CMLM | 5,000 | 3 | 10.0 | 0.610 ± 0.006 |" in page
     assert "MLM, twice the steps: 3 seeds, 2, 2, 2 of 7 points" in page
-    assert "(test CPU (avx2 avx512f), 2 cores; test CPU (avx2), 2 cores)" in page
+    assert ("(test CPU (avx2 avx512f), 2 cores, 1 TensorFlow thread per process; "
+            "test CPU (avx2), 2 cores)") in page
     assert (tmp_path / "claims" / "cmlm_vs_mlm.png").stat().st_size > 0
 
 
@@ -388,17 +390,23 @@ def test_collect_adds_this_machines_seeds_to_the_committed_summary(tmp_path):
     assert report.collect(str(here), claim, steps=20, previous=summary) is None
 
 
-def test_seed_runs_only_those_seeds_and_bad_options_are_one_line_errors(monkeypatch, tmp_path,
-                                                                        capsys):
+def test_seed_and_threads_reach_the_runs_and_bad_values_are_one_line_errors(
+        monkeypatch, tmp_path, capsys):
     ran = []
     monkeypatch.setattr(run, "prepare", lambda needs, ctx: None)
     monkeypatch.setattr(run, "run_arm",
                         lambda claim, arm, seed, ctx: ran.append((arm.name, seed, ctx.command)))
+    for name in run.THREAD_VARIABLES:  # restored after the test
+        monkeypatch.setenv(name, "")
     assert run.main(["--claim", "margin", "--arms", "margin_0", "--seed", "3", "--seed", "2",
-                     "--results", str(tmp_path)]) == 0
-    command = "python -m experiments.run --claim margin --seed 2 --seed 3"
+                     "--threads", "1", "--results", str(tmp_path)]) == 0
+    command = "python -m experiments.run --claim margin --seed 2 --seed 3 --threads 1"
     assert ran == [("margin_0", 2, command), ("margin_0", 3, command)]
+    # Every child gets the thread count, and the results record it.
+    assert [run._env()[name] for name in run.THREAD_VARIABLES] == ["1", "1"]
+    assert run._tf_threads() == 1
     for bad, message in ((["--seed", "0"], "--seed 0: seeds start at 1"),
+                         (["--threads", "0"], "--threads 0: give 1 or more"),
                          (["--arms", "queue_16"], "--arms: claim margin: no arm 'queue_16'")):
         with pytest.raises(SystemExit):
             run.main(["--claim", "margin", *bad, "--results", str(tmp_path)])
