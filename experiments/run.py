@@ -768,7 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int,
                         help="TensorFlow threads of every training, export and evaluation "
                              "process (default: TensorFlow's, one per core); with 1, two "
-                             "runners share 2 cores (see docs/claims.md)")
+                             "runners share 2 cores (docs/results.md)")
     parser.add_argument("--arms", help="comma-separated arms (default: all)")
     parser.add_argument("--results", default=os.path.join(REPO, "runs", "experiments"))
     parser.add_argument("--shared_data", default=os.path.join(REPO, "..", "shared", "data"))
