@@ -72,6 +72,8 @@ def collect(results: str, claim: claims_lib.Claim, steps: Optional[int] = None,
             "arm", "seed", "step", "steps", "fraction", "train_cpu_seconds", "cpu_seconds",
             "metrics")})
     if previous and previous.get("steps") == steps:
+        if not records and not points:
+            return previous  # nothing run here: the summary as it was
         found = {(item["arm"], item["seed"]) for item in records + points}
         records += [r for r in previous["records"] if (r["arm"], r["seed"]) not in found]
         points += [p for p in previous.get("points", []) if (p["arm"], p["seed"]) not in found]

@@ -386,6 +386,8 @@ def test_collect_adds_this_machines_seeds_to_the_committed_summary(tmp_path):
     assert [(p["arm"], p["seed"], p["step"]) for p in summary["points"]] == [
         (arm, seed, step) for arm, seed in (("cmlm", 1), ("cmlm", 2), ("cmlm", 3), ("mlm", 2))
         for step in (5000, 10000)]
+    # Nothing run here: the summary is kept as it is (no reordering of other claims' files).
+    assert report.collect(str(tmp_path / "empty"), claim, previous=summary) is summary
     # A summary at other steps is not mixed in.
     assert report.collect(str(here), claim, steps=20, previous=summary) is None
 
