@@ -103,16 +103,20 @@ def speed_flags() -> List[str]:
     return [flag for flag in _SPEED_FLAGS if flag in flags]
 
 
-def describe_cpu() -> str:
-    """`model name, N cores, flags: ...` with the flags that matter for speed figures."""
-    name = "unknown CPU"
+def cpu_model() -> Optional[str]:
+    """The CPU's model name from /proc/cpuinfo, or None where it cannot be read."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name")), name)
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), None)
     except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores, flags: {' '.join(speed_flags()) or 'unknown'}"
+        return None
+
+
+def describe_cpu() -> str:
+    """`model name, N cores, flags: ...` with the flags that matter for speed figures."""
+    return (f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} cores, "
+            f"flags: {' '.join(speed_flags()) or 'unknown'}")
 
 
 def warn_if_bfloat16_is_emulated() -> bool:

@@ -576,7 +576,7 @@ def write_result(path: str, claim: claims_lib.Claim, arm: claims_lib.Arm, seed: 
             r["cpu_seconds"] for r in stages if r["reused"]),
         "wall_seconds": {**wall, "total": sum(wall.values())},
         **extra,
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+        "machine": {"cpu": inference.cpu_model() or platform.processor(), "cores": os.cpu_count(),
                     "flags": inference.speed_flags(), "tf_threads": _tf_threads(),
                     "python": platform.python_version()},
         "git_commit": _git_commit(),
@@ -707,17 +707,6 @@ def run_curves(claim: claims_lib.Claim, arms, seed: int, ctx: Context) -> None:
             run_curve_point(claim, arm, seed, max(1, int(round(steps * fraction))), ctx)
     for arm in trained:
         finish_curve(claim, arm, seed, ctx)
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _git_commit() -> str:
