@@ -12,8 +12,11 @@ no debris from interrupted writes.
 - `remove_temp_checkpoints`: the `ckpt-N_temp` folders an interrupted checkpoint write
   leaves behind.
 - `write_params`: `params.yaml`, whole or not at all, with paths that survive a move.
+- `folder_lock`: an exclusive lock on a folder, for writers that share it (exports that swap
+  one OUT, experiment runners that write one seed's initialisation).
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -33,6 +36,20 @@ class RunDirLocked(ValueError):
 
 def is_local(path: str) -> bool:
     return "://" not in path
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str):
+    """Holds an exclusive lock on the local folder `folder` (no file is left behind): the
+    processes that take it for one folder run their blocks one at a time."""
+    import fcntl
+
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def pid_alive(pid: int) -> bool:

@@ -38,7 +38,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
-from cmlm_tf import inference
+from cmlm_tf import inference, run_dir
 from experiments import claims as claims_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -293,7 +293,14 @@ def _bible_chapters(bible: str, output: str) -> int:
 
 
 def prepare(needs, ctx: Context) -> None:
-    """Builds what the claim's arms read, once, under RESULTS/data."""
+    """Builds what the claim's arms read, once, under RESULTS/data (one runner at a time:
+    runners started side by side wait for the first)."""
+    os.makedirs(ctx.data, exist_ok=True)
+    with run_dir.folder_lock(ctx.data):
+        _prepare(needs, ctx)
+
+
+def _prepare(needs, ctx: Context) -> None:
     data = ctx.data
     log = os.path.join(data, "prepare.log")
     split = os.path.join(REPO, "benchmarks", "bitext_split.py")
@@ -334,16 +341,20 @@ def prepare(needs, ctx: Context) -> None:
 
 def ensure_init(seed: int, ctx: Context, owner: str) -> str:
     """The seed's random tiny encoder (RESULTS/data/init/seed<k>), written now if missing;
-    its CPU time is counted under `owner`, the first arm that needed it."""
+    its CPU time is counted under `owner`, the first arm that needed it. Runners of one seed
+    started side by side (`--arms`) wait for the one writing it."""
     directory = os.path.join(ctx.data, "init", f"seed{seed}")
-    if os.path.exists(os.path.join(directory, "encoder.index")):
-        return directory
-    experiment, config_files = TINY_INIT
-    command = _python("-m", "experiments.train", f"--experiment={experiment}",
-                      *[f"--config_file={f}" for f in config_files],
-                      f"--write_init={directory}", f"--seed={seed}")
-    _write_json(directory + ".owner.json", {"owner": owner, "command": shlex.join(command)})
-    run_counted(command, directory + ".log")
+    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    with run_dir.folder_lock(os.path.dirname(directory)):
+        if os.path.exists(os.path.join(directory, "encoder.index")):
+            return directory
+        experiment, config_files = TINY_INIT
+        command = _python("-m", "experiments.train", f"--experiment={experiment}",
+                          *[f"--config_file={f}" for f in config_files],
+                          f"--write_init={directory}", f"--seed={seed}")
+        _write_json(directory + ".owner.json",
+                    {"owner": owner, "command": shlex.join(command)})
+        run_counted(command, directory + ".log")
     return directory
 
 

@@ -3,6 +3,7 @@ claim and of a learning curve end to end through the runner (the two runs side b
 verdict rule; the report from JSON alone."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -260,6 +261,38 @@ def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
     assert (totals["pieces"], totals["interrupted"]) == (2, 1)
     assert "running" not in totals
     assert cpu == totals["cpu_seconds"] > marked
+
+
+def test_runners_started_side_by_side_write_the_seeds_initialisation_once(tmp_path,
+                                                                          monkeypatch):
+    """Per-arm runners of one seed (`--arms cmlm` beside `--arms mlm`) both need the seed's
+    random encoder: the first writes it, the second waits and reads it (two writers of one
+    checkpoint had failed in TensorFlow's MergeV2Checkpoints)."""
+    import threading
+    import time
+
+    writes = []
+
+    def write_init(command, log, checkpoint_dir=None):
+        directory = next(a for a in command if a.startswith("--write_init=")).split("=", 1)[1]
+        writes.append(directory)
+        time.sleep(0.3)  # the first runner is still writing when the second looks
+        pathlib.Path(directory).mkdir(parents=True)
+        (pathlib.Path(directory) / "encoder.index").write_text("", encoding="utf-8")
+        return 1.0, 1.0
+
+    monkeypatch.setattr(run, "run_counted", write_init)
+    ctx = run.Context(results=str(tmp_path), shared=str(tmp_path), seeds=[3], steps=2,
+                      command="")
+    found = []
+    runners = [threading.Thread(target=lambda arm=arm: found.append(run.ensure_init(3, ctx, arm)))
+               for arm in ("cmlm", "mlm")]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
+    assert writes == [str(tmp_path / "data" / "init" / "seed3")]
+    assert found == writes * 2
 
 
 def _render(tmp_path, summary):

@@ -15,7 +15,6 @@ The export never knows which objective trained the encoder: it reads `task.model
 checkpoint item `encoder` (or `encoder_key`).
 """
 
-import contextlib
 import dataclasses
 import datetime
 import errno
@@ -27,7 +26,7 @@ import tempfile
 import time
 from typing import Optional, Tuple
 
-from cmlm_tf import disk
+from cmlm_tf import disk, run_dir
 from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE
 
 DEFAULT_SEQ_LENGTH = 128
@@ -161,8 +160,6 @@ def _base_name(path: str) -> str:
 def _checkpoint_files(prefix: str) -> list:
     """The index and data files of the checkpoint at `prefix`, sorted (none: [])."""
     import tensorflow as tf
-
-    from cmlm_tf import run_dir
 
     if run_dir.is_local(prefix):
         try:
@@ -451,7 +448,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     parent = os.path.dirname(export_dir)
     with disk.reporting_disk_full(export_dir):
         os.makedirs(parent, exist_ok=True)
-    with _swap_lock(parent):
+    with run_dir.folder_lock(parent):
         restore_interrupted_export(export_dir)
     if os.path.exists(export_dir) and not overwrite:
         raise FileExistsError(f"{export_dir}: already exists (pass --overwrite to replace it)")
@@ -556,7 +553,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         stage.done()
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    with _swap_lock(parent):
+    with run_dir.folder_lock(parent):
         remove_stale_staging(export_dir)
     return export_dir
 
@@ -590,26 +587,10 @@ def _owned_tempdir(export_dir: str, infix: str) -> str:
     return folder
 
 
-@contextlib.contextmanager
-def _swap_lock(parent: str):
-    """Holds an exclusive lock on the folder `parent` (no file is left behind), so two
-    exports of one OUT swap, restore and clean up one at a time."""
-    import fcntl
-
-    descriptor = os.open(parent, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # releases the lock
-
-
 def _stale_staging(export_dir: str) -> list:
     """The `OUT.tmp-*` / `OUT.old-*` folders of `export_dir` whose exporting process (on
     this host) is gone: what an interrupted export leaves behind."""
     import socket
-
-    from cmlm_tf.run_dir import pid_alive
 
     parent, base = os.path.split(export_dir)
     stale = []
@@ -625,7 +606,7 @@ def _stale_staging(export_dir: str) -> list:
         if owner is None and time.time() - os.path.getmtime(folder) < 60:
             continue  # just created: its owner file is being written
         if isinstance(owner, dict) and (owner.get("host") != socket.gethostname()
-                                        or pid_alive(int(owner.get("pid", -1)))):
+                                        or run_dir.pid_alive(int(owner.get("pid", -1)))):
             continue
         stale.append(name)
     return stale
@@ -668,7 +649,7 @@ def _replace_dir(new: str, target: str, overwrite: bool = True) -> None:
     A process killed between the two renames leaves the old export in `OUT.old-*/export`,
     which the next export renames back (`restore_interrupted_export`) before anything else.
     """
-    with _swap_lock(os.path.dirname(target)):
+    with run_dir.folder_lock(os.path.dirname(target)):
         if os.path.exists(target) and not overwrite:  # another export wrote it meanwhile
             raise FileExistsError(f"{target}: already exists (pass --overwrite to replace it)")
         if os.path.exists(target):
