@@ -12,8 +12,10 @@ training resumes from its last checkpoint, so a claim can run in pieces; a stage
 arms (or two claims) share is trained once (`RESULTS/stages/`). Seeds run in order, all
 arms of seed 1 first; `--seed K` runs seed K alone, so the seeds of a claim can run on
 different machines (`experiments.report` adds each machine's results to the committed
-summary). Run it niced on a shared machine: `nice -n 19 python -m
-experiments.run ...`. `python -m experiments.report` turns the JSON into docs/claims.md.
+summary), and runners of one seed with different `--arms` can run side by side (the shared
+initialisation and data are written once, the others wait). Run it niced on a shared
+machine: `nice -n 19 python -m experiments.run ...`. `python -m experiments.report` turns
+the JSON into docs/claims.md.
 
 A claim with `eval_points` (learning curves) runs point by point: every trained arm of the
 seed is trained up to the first point (a fraction of its steps, the learning-rate schedule
