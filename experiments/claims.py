@@ -411,7 +411,8 @@ CMLM_VS_MLM = Claim(
           "without PCR (the first principal component of the evaluated sentences' vectors, "
           "not centred, removed before the cosine).",
     export_seq_length=48,
-    # measured: 109.7 min for seed 2 with --threads 1, 122.8 for seed 1 (Zen 4 EPYC, 2 cores)
+    # measured: 109.7 and 107.6 min for seeds 2 and 3 with --threads 1, 122.8 for seed 1 (Zen 4
+    # EPYC, 2 cores)
     cpu_minutes_per_seed=110.0,
     scale_note="The paper trains BERT-base/large for 1M steps at batch 2,048 on Common "
                "Crawl; this is a 1M-parameter encoder and about 62,000 sentences of 19th "
