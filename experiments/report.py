@@ -537,7 +537,9 @@ recipes, and evaluates the exports on held-out data. Everything on this page (ev
 table and plot) is written by `python -m experiments.report` from the runner's JSON
 (`experiments/results/<claim>.json`); the runner is
 `python -m experiments.run --claim NAME [--seeds 3 | --seed K] [--steps S]` (`--list` shows
-the claims and their CPU time). The recipes are in `experiments/claims.py` and
+the claims and their CPU time; `python -m experiments.run --check` tries every claim in a
+few minutes first: its data, every stage's config, and its smallest arm at 2 steps). The
+recipes are in `experiments/claims.py` and
 `experiments/recipes/`; the training runs go through `cmlm_tf.train` (`experiments/train.py`
 adds the seed and the logical CPU devices for two replicas).
 

@@ -3,6 +3,7 @@ r"""Runs one claim end to end: train every arm for every seed, export, evaluate.
     python -m experiments.run --claim NAME [--seeds 3 | --seed K ...] [--steps S] \
         [--arms a,b] [--results runs/experiments] [--shared_data ../shared/data]
     python -m experiments.run --list
+    python -m experiments.run --check [--claim a,b] [--results runs/experiments]
 
 Each (claim, arm, seed) ends in `RESULTS/NAME/steps<S>/<arm>/seed<k>.json`: the metrics of
 `experiments.evaluate`, the training curves, the stages with their commands, and the CPU time
@@ -23,9 +24,18 @@ that of the whole run), its checkpoint exported and evaluated into
 `<arm>/seed<k>/points/step<N>.json` with the training CPU time so far, then all arms to the
 next point, and so on; the arm's `seed<k>.json` (the last point's metrics and the curve)
 comes after its last point. An evaluated point is never evaluated again.
+
+`--check` tries every claim (or `--claim`'s, comma-separated) in a few minutes before the
+CPU hours: the claim's data are prepared, every stage of every arm builds a strict config,
+and the claim's smallest arm (the fewest training steps; for learning curves, the smallest
+trained arm, at two points) runs end to end at 2 steps (or `--steps`), seed 1, into
+`RESULTS/check/`. Every piece runs in this one process, so TensorFlow starts once; a stage
+on several logical CPU devices still runs as a process. One line per claim says `ok` or the
+first error; the exit status is 1 if a claim failed.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -38,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from typing import Dict, List, Optional, Tuple
 
 from cmlm_tf import inference, run_dir
@@ -72,9 +83,14 @@ class Context:
         return os.path.join(self.results, "data")
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _cpu_seconds(here: bool = False) -> float:
+    """CPU time of the finished child processes, or of this process (`here`)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF if here else resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+# True while `--check` runs: every child command runs in this process (`_run_here`).
+IN_PROCESS = False
 
 
 # The environment variables of TensorFlow's two thread pools, set by `--threads`.
@@ -109,30 +125,131 @@ def run_child(command: List[str], log_path: str, record: bool = False,
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     totals_path = log_path + ".cpu.json"
     _settle_interrupted(totals_path)
-    cpu_before, wall_before = _cpu_seconds(), time.time()
+    here = IN_PROCESS and _runs_here(command)
+    cpu_before, wall_before = _cpu_seconds(here), time.time()
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
-        process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log,
-                                   stderr=subprocess.STDOUT)
+        process = None
         try:
-            returncode = _wait_marking(process, totals_path if record else None, wall_before,
-                                       checkpoint_dir)
+            if here:
+                returncode = _run_here(command, log)
+                if returncode == 130:  # Ctrl-C, caught by the command's own handler
+                    raise KeyboardInterrupt
+            else:
+                process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log,
+                                           stderr=subprocess.STDOUT)
+                returncode = _wait_marking(process, totals_path if record else None,
+                                           wall_before, checkpoint_dir)
         except (KeyboardInterrupt, Stopped):
-            process.terminate()
-            process.wait()
-            _add_cpu(totals_path, _cpu_seconds() - cpu_before, time.time() - wall_before)
+            if process is not None:
+                process.terminate()
+                process.wait()
+            _add_cpu(totals_path, _cpu_seconds(here) - cpu_before, time.time() - wall_before)
             raise Stopped(command[2] if len(command) > 2 else command[0]) from None
-    cpu, wall = _cpu_seconds() - cpu_before, time.time() - wall_before
+    cpu, wall = _cpu_seconds(here) - cpu_before, time.time() - wall_before
     if record:
         totals = _add_cpu(totals_path, cpu, wall)
         cpu, wall = totals["cpu_seconds"], totals["wall_seconds"]
     if returncode:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-2000:]
-        raise RuntimeError(f"{shlex.join(command)} failed ({returncode}); log {log_path}:\n"
-                           f"{tail}")
+        what = command[2] if command[1:2] == ["-m"] else os.path.basename(command[1])
+        raise RuntimeError(f"{what} failed ({returncode}): {_error_line(tail)}; log "
+                           f"{log_path}\n$ {shlex.join(command)}\n{tail}")
     return cpu, wall
+
+
+def _runs_here(command: List[str]) -> bool:
+    """Whether `command` can run in this process: a Python module or script of ours, on
+    this process's single CPU device (several logical devices need a fresh process)."""
+    return (command[0] == sys.executable and (command[1] == "-m" or command[1].endswith(".py"))
+            and not any(arg.startswith("--cpu_replicas=") and arg != "--cpu_replicas=1"
+                        for arg in command))
+
+
+def _run_here(command: List[str], log) -> int:
+    """Runs `python -m MODULE ARGS` or `python SCRIPT ARGS` in this process, from the
+    repository root as a child would, its output (Python's and absl's) into `log`; returns
+    its exit status (1 with the traceback in `log` for an uncaught error)."""
+    import runpy
+
+    args, argv, cwd, stderr = command[1:], sys.argv, os.getcwd(), sys.stderr
+    os.chdir(REPO)
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), \
+                _logging_to(log, stderr):
+            if args[0] == "-m":
+                sys.argv = [args[1], *args[2:]]
+                runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = list(args)
+                runpy.run_path(args[0], run_name="__main__")
+        return 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        log.write(f"{e.code}\n")
+        return 1
+    except (KeyboardInterrupt, Stopped):
+        raise
+    except Exception:  # noqa: BLE001 (what a child's traceback would show, in its log)
+        traceback.print_exc(file=log)
+        return 1
+    finally:
+        sys.argv = argv
+        os.chdir(cwd)
+        log.flush()
+        _reset_keras()
+
+
+@contextlib.contextmanager
+def _logging_to(stream, stderr):
+    """Python logging's stream handlers write to `stream` meanwhile (absl's and
+    TensorFlow's keep the stderr they were made with, so redirecting stderr misses them);
+    after, each writes where it did before, and one made meanwhile to `stderr`."""
+    import logging
+
+    from absl import logging as absl_logging
+
+    def handlers():
+        found = [absl_logging.get_absl_handler().python_handler]
+        for name in ("", "absl", "tensorflow"):
+            found += logging.getLogger(name).handlers
+        return [h for h in found if isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)]
+
+    saved = {handler: handler.stream for handler in handlers()}
+    for handler in saved:
+        handler.stream = stream
+    try:
+        yield
+    finally:
+        for handler, before in saved.items():  # also one taken off its logger meanwhile
+            handler.stream = before
+        for handler in handlers():
+            if handler not in saved:
+                handler.stream = stderr
+
+
+def _reset_keras() -> None:
+    """What one child leaves in Keras's global state goes before the next: its graphs and
+    layer names, and a mixed-precision policy."""
+    if "tf_keras" in sys.modules:
+        tf_keras = sys.modules["tf_keras"]
+        tf_keras.backend.clear_session()
+        tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def _error_line(log: str) -> str:
+    """The line of a child's log that says what went wrong: its last `error: ...` line or
+    exception, else its last line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head == "error" or (head.isidentifier() and head.endswith(("Error", "Exception"))):
+            return line
+    return lines[-1] if lines else "no output"
 
 
 def run_counted(command: List[str], log_path: str, checkpoint_dir: Optional[str] = None
@@ -378,7 +495,8 @@ def schedule(steps: int, warmup_fraction: Optional[float], curve: bool = False
              ) -> Dict[str, object]:
     """Trainer fields for a run of `steps`: about 20 summary loops and 4 checkpoints (with
     `curve`, one checkpoint per loop, so a stopped run loses little); with a
-    `warmup_fraction`, linear warm-up over that share and linear decay to 0 at the end."""
+    `warmup_fraction`, linear warm-up over that share (at least a step, and shorter than
+    the run: none for a run of one step) and linear decay to 0 at the end."""
     loop = max(1, steps // 20)
     fields = {"trainer.train_steps": steps, "trainer.steps_per_loop": loop,
               "trainer.summary_interval": loop,
@@ -388,7 +506,7 @@ def schedule(steps: int, warmup_fraction: Optional[float], curve: bool = False
         fields.update({
             "trainer.optimizer_config.learning_rate.polynomial.decay_steps": steps,
             "trainer.optimizer_config.warmup.linear.warmup_steps":
-                max(1, int(round(steps * warmup_fraction)))})
+                min(max(1, int(round(steps * warmup_fraction))), steps - 1)})
     return fields
 
 
@@ -722,6 +840,102 @@ def run_curves(claim: claims_lib.Claim, arms, seed: int, ctx: Context) -> None:
         finish_curve(claim, arm, seed, ctx)
 
 
+# ---------------------------------------------------------------------------------------
+# --check
+
+
+def smallest_arm(claim: claims_lib.Claim) -> claims_lib.Arm:
+    """The arm with the fewest training steps (an untrained arm has none; a learning-curve
+    claim's smallest trained arm, its curve), the first of equals; not one that waits for
+    the others (`after_best`)."""
+    return min((arm for arm in claim.arms if not arm.after_best
+                and (arm.stages or not claim.eval_points)),
+               key=lambda arm: sum(stage.steps for stage in arm.stages))
+
+
+def check_configs(claim: claims_lib.Claim, ctx: Context) -> int:
+    """Builds the config of every stage of every arm of `claim` as the runner writes it,
+    strictly (an unknown or mistyped field fails, as in the driver); returns how many.
+    Raises ValueError naming the arm and stage. The claim's data must be prepared (the
+    MiniLM warm start)."""
+    from cmlm_tf import train
+
+    values = {**arm_values(1, ctx), "best_queue_size": 1024}
+    folder = os.path.join(ctx.results, "configs", claim.name)
+    init_dir = os.path.join(ctx.data, "init", "seed1")
+    built = 0
+    for arm in claim.arms:
+        previous = None
+        for index, stage in enumerate(arm.stages, 1):
+            where = f"{claim.name}/{arm.name} stage {index}"
+            config_files, fields = stage_config(stage, 1, previous, values, ctx, init_dir)
+            overrides = write_overrides(os.path.join(folder, arm.name, f"stage{index}.yaml"),
+                                        fields)
+            try:
+                params = train.build_params(stage.experiment, [
+                    *(os.path.join(REPO, path) for path in config_files), overrides])
+            except (ValueError, FileNotFoundError) as e:
+                raise ValueError(f"{where}: {e}") from None
+            if params.trainer.train_steps != stage_steps(stage, ctx):
+                raise ValueError(f"{where}: trainer.train_steps {params.trainer.train_steps}, "
+                                 f"not {stage_steps(stage, ctx)}")
+            if params.task.train_data.seed != 1:
+                raise ValueError(f"{where}: task.train_data.seed is not the run's seed")
+            previous = os.path.join(folder, arm.name, f"stage{index}")
+            built += 1
+    return built
+
+
+def check_claim(claim: claims_lib.Claim, ctx: Context) -> str:
+    """`--check` for one claim: its data, every stage's config, its smallest arm end to end
+    (seed 1). Returns the `ok` line; raises on the first error."""
+    prepare(claim.needs, ctx)
+    built = check_configs(claim, ctx)
+    arm = smallest_arm(claim)
+    if claim.eval_points:
+        run_curves(claim, [arm], 1, ctx)
+        path = finish_curve(claim, arm, 1, ctx)
+    else:
+        path = run_arm(claim, arm, 1, ctx)
+    result = _read_json(path)
+    return (f"{claim.name}: ok ({built} stage configs; {arm.name} at {ctx.steps} steps: "
+            f"{claim.metric} = {result['metrics'][claim.metric]:.4f}, "
+            f"CPU {result['cpu_seconds']['total']:.0f} s)")
+
+
+def run_check(names: List[str], ctx: Context) -> int:
+    """`--check` for the claims `names`, each in turn (a failed one does not stop the
+    others); 0 if all are ok, else 1."""
+    global IN_PROCESS
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    IN_PROCESS = True
+    failed = []
+    try:
+        for name in names:
+            claim = claims_lib.CLAIMS[name]
+            if claim.results_from:
+                print(f"check {claim.name}: runs as {claim.results_from}", flush=True)
+                continue
+            try:
+                line = check_claim(claim, ctx)
+            except (FileNotFoundError, RuntimeError, ValueError) as e:
+                failed.append(claim.name)
+                line = f"{claim.name}: FAILED: {str(e).splitlines()[0]}"
+            print(f"check {line}", flush=True)
+    finally:
+        IN_PROCESS = False
+    checked = sum(1 for name in names if not claims_lib.CLAIMS[name].results_from)
+    if failed:
+        print(f"check: {len(failed)} of {checked} claims failed ({', '.join(failed)}); "
+              f"logs under {ctx.results}", file=sys.stderr)
+        return 1
+    print(f"check: {checked} claims ok ({ctx.results})", flush=True)
+    return 0
+
+
 def _git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
@@ -760,8 +974,13 @@ def list_claims(results: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.run",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--claim", choices=sorted(claims_lib.CLAIMS))
+    parser.add_argument("--claim", help=f"one of {', '.join(claims_lib.CLAIMS)} (with "
+                                         "--check: comma-separated, default all)")
     parser.add_argument("--list", action="store_true", help="the claims and their CPU time")
+    parser.add_argument("--check", action="store_true",
+                        help="prepare every claim's data, build every stage's config and "
+                             "run each claim's smallest arm at 2 steps, in one process "
+                             "(RESULTS/check)")
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 1 to SEEDS")
     parser.add_argument("--seed", type=int, action="append", metavar="K",
                         help="run only seed K (repeatable), e.g. the seeds another machine "
@@ -784,20 +1003,40 @@ def main(argv=None) -> int:
     if args.list:
         list_claims(results)
         return 0
-    if not args.claim:
-        parser.error("give --claim NAME (or --list)")
-    claim = claims_lib.CLAIMS[args.claim]
+    names = args.claim.split(",") if args.claim else []
+    unknown = [name for name in names if name not in claims_lib.CLAIMS]
+    if unknown:
+        parser.error(f"--claim {unknown[0]}: unknown claim (have "
+                     f"{', '.join(claims_lib.CLAIMS)})")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads}: give 1 or more")
+        for name in THREAD_VARIABLES:
+            os.environ[name] = str(args.threads)
+    if args.check:
+        if args.arms or args.seed:
+            parser.error("--check runs each claim's smallest arm, seed 1: no --arms or --seed")
+        command = "python -m experiments.run --check" + (
+            f" --claim {args.claim}" if args.claim else "") + (
+            f" --threads {args.threads}" if args.threads is not None else "")
+        ctx = Context(results=os.path.join(results, "check"),
+                      shared=os.path.abspath(args.shared_data), seeds=[1],
+                      steps=args.steps or 2, command=command)
+        signal.signal(signal.SIGTERM, _raise_stopped)
+        try:
+            return run_check(names or list(claims_lib.CLAIMS), ctx)
+        except Stopped as e:
+            print(f"stopped ({e}); rerun the same command to continue", file=sys.stderr)
+            return 130
+    if len(names) != 1:
+        parser.error("give --claim NAME, one claim (or --check, or --list)")
+    claim = claims_lib.CLAIMS[names[0]]
     if claim.results_from:
         print(f"{claim.name}: evaluated by the runs of {claim.results_from}; running that")
         claim = claims_lib.CLAIMS[claim.results_from]
     steps = args.steps or claim.steps
     if args.seed and min(args.seed) < 1:
         parser.error(f"--seed {min(args.seed)}: seeds start at 1")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads {args.threads}: give 1 or more")
-        for name in THREAD_VARIABLES:
-            os.environ[name] = str(args.threads)
     seeds = sorted(set(args.seed)) if args.seed else list(range(1, args.seeds + 1))
     command = f"python -m experiments.run --claim {claim.name} " + (
         " ".join(f"--seed {seed}" for seed in seeds) if args.seed else f"--seeds {args.seeds}")

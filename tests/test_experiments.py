@@ -1,6 +1,7 @@
-"""The experiments suite: every arm's stages build a valid config; the smallest arm of a
-claim and of a learning curve end to end through the runner (the two runs side by side); the
-verdict rule; the report from JSON alone."""
+"""The experiments suite: `--check` over every claim (its data, every stage's strict
+config, the smallest arm end to end at 2 steps, in one process) and a learning curve through
+the runner's child processes (the runs side by side); the verdict rule; the report from JSON
+alone."""
 
 import json
 import pathlib
@@ -15,18 +16,24 @@ from experiments import claims, report, run, stats
 BUNDLED_PAIRS = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "bible_en_es.tsv"
 
 
+def _bundled_pairs():
+    return [line.split("\t")[:2]
+            for line in BUNDLED_PAIRS.read_text(encoding="utf-8").splitlines()]
+
+
+BIBLE_VERSES = 2000
+
+
 def _bundled_bible(folder):
     """A `bible/` folder in the public layout (line-aligned KJV / Reina-Valera 1909) holding
-    the bundled verse pairs, so the runner's Bible split needs no public data."""
+    the first `BIBLE_VERSES` bundled verse pairs, so the runner's Bible split needs no
+    public data."""
     bible = folder / "bible"
     bible.mkdir(parents=True)
-    english, spanish = [], []
-    for line in BUNDLED_PAIRS.read_text(encoding="utf-8").splitlines():
-        source, target = line.split("\t")[:2]
-        english.append(source)
-        spanish.append(target)
-    (bible / "eng_kjv.txt").write_text("\n".join(english) + "\n", encoding="utf-8")
-    (bible / "spa_rv1909.txt").write_text("\n".join(spanish) + "\n", encoding="utf-8")
+    pairs = _bundled_pairs()[:BIBLE_VERSES]
+    (bible / "eng_kjv.txt").write_text("".join(f"{en}\n" for en, _ in pairs), encoding="utf-8")
+    (bible / "spa_rv1909.txt").write_text("".join(f"{es}\n" for _, es in pairs),
+                                          encoding="utf-8")
     return folder
 
 
@@ -40,8 +47,9 @@ def _curve_data(shared):
         encoding="utf-8")
     prose = shared / "english_prose" / "sentences"
     prose.mkdir(parents=True)
-    novel = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "persuasion.txt"
-    (prose / "persuasion.txt").write_text(novel.read_text(encoding="utf-8"), encoding="utf-8")
+    novel = (REPO_DIR / "cmlm_tf" / "data" / "corpus" / "persuasion.txt").read_text(
+        encoding="utf-8")
+    (prose / "persuasion.txt").write_text(novel, encoding="utf-8")
     (shared / "stsb").mkdir()
     rows = []
     for i, verse in enumerate(english[:40]):
@@ -49,6 +57,32 @@ def _curve_data(shared):
         rows.append(f"main\tbible\t2024\t{i:04d}\t{i % 6:.3f}\t{verse}\t"
                     f"{' '.join(words[:max(2, len(words) // 2)])}")
     (shared / "stsb" / "sts-dev.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return shared
+
+
+def _all_claims_data(shared):
+    """Beside `_curve_data`: the margin claim's Installation Guide (`install_guide/<lang>.tsv`
+    for its six languages) and UDHR (`udhr/<lang>.txt`), bundled verse pairs in their layout
+    (60 pairs per language, 20 lines), and the five other novels of the stacking claim (the
+    bundled one under their names), so every claim reads bundled text only."""
+    pairs = _bundled_pairs()
+    prose = shared / "english_prose" / "sentences"
+    for name in ("emma", "mansfield_park", "northanger_abbey", "pride_and_prejudice",
+                 "sense_and_sensibility"):
+        (prose / f"{name}.txt").write_text((prose / "persuasion.txt").read_text(
+            encoding="utf-8"), encoding="utf-8")
+    guide = shared / "install_guide"
+    guide.mkdir()
+    for i, lang in enumerate(("es", "de", "fr", "ja", "ru", "zh_CN")):
+        (guide / f"{lang}.tsv").write_text(
+            "".join(f"{en}\t{xx}\n" for en, xx in pairs[i * 60:(i + 1) * 60]),
+            encoding="utf-8")
+    udhr = shared / "udhr"
+    udhr.mkdir()
+    (udhr / "eng.txt").write_text("".join(f"{en}\n" for en, _ in pairs[:20]), encoding="utf-8")
+    for lang in ("spa", "fra", "deu_1996", "jpn", "rus", "cmn_hans"):
+        (udhr / f"{lang}.txt").write_text("".join(f"{es}\n" for _, es in pairs[:20]),
+                                          encoding="utf-8")
     return shared
 
 
@@ -78,20 +112,20 @@ class _Started:
         return self.done
 
 
+# `--check` over every claim, in two single-threaded processes (their CPU time about even).
+CHECKS = {"check_a": "margin,negatives,cmlm_vs_mlm,pcr", "check_b": "queue,cmlm_br,stacking,bgt"}
+
+
 @pytest.fixture(scope="module")
 def runner_runs(tmp_path_factory):
-    """The two end-to-end runs of the runner, started together at the module's first test:
-    each is one process at a time, mostly single-threaded tracing and saving, so two cores
-    overlap them. Yields {name: (results folder, started run)}."""
-    runs = {}
-    for name, claim, arm, data in (("arm", "negatives", "batch_8", _bundled_bible),
-                                   ("curve", "cmlm_vs_mlm", "mlm",
-                                    lambda folder: _curve_data(_bundled_bible(folder)))):
-        folder = tmp_path_factory.mktemp(f"runner_{name}")
-        shared, results = data(folder / "shared"), folder / "results"
-        args = ("--claim", claim, "--arms", arm, "--seeds", "1", "--steps", "2",
-                "--results", str(results), "--shared_data", str(shared))
-        runs[name] = (results, _Started(args))
+    """`--check` over every claim, started at the module's first test: two runners sharing
+    one results folder, every piece in the runner's process, one TensorFlow thread each, so
+    two cores overlap them. Yields {name: (results folder, started run)}."""
+    check = tmp_path_factory.mktemp("runner_check")
+    shared = _all_claims_data(_curve_data(_bundled_bible(check / "shared")))
+    runs = {name: (check / "results", _Started((
+        "--check", "--claim", names, "--threads", "1", "--results", str(check / "results"),
+        "--shared_data", str(shared)))) for name, names in CHECKS.items()}
     yield runs
     for _, started in runs.values():
         if started.process.poll() is None:
@@ -99,84 +133,111 @@ def runner_runs(tmp_path_factory):
             started.process.wait()
 
 
+def _finished(runner_runs, name):
+    results, started = runner_runs[name]
+    done = started.wait()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return results, started, done
+
+
+def _check_context(results):
+    """The context of the `--check` runs into `results` (their shared data beside it)."""
+    return run.Context(results=str(results / "check"), shared=str(results.parent / "shared"),
+                       seeds=[1], steps=2, command="")
+
+
+def test_check_reports_each_failed_claim_in_one_line_and_goes_on(tmp_path):
+    shared = _bundled_bible(tmp_path / "shared")  # no Installation Guide, no verse refs
+    done = _run("--check", "--claim", "margin,cmlm_vs_mlm", "--results", str(tmp_path),
+                "--shared_data", str(shared))
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert [line.split(": FAILED: ")[0] for line in lines if ": FAILED: " in line] == \
+        ["check margin", "check cmlm_vs_mlm"]
+    assert "the Installation Guide" in done.stdout and "verse references" in done.stdout
+    assert "check: 2 of 2 claims failed (margin, cmlm_vs_mlm)" in done.stderr
+
+
 @pytest.mark.usefixtures("runner_runs")  # started first: they run beside this test
-def test_every_stage_of_every_claim_builds_a_valid_config(tmp_path, minilm_hf_dir):
-    """Each stage's recipe files and overrides, as the runner writes them, make a config
-    the driver accepts (strict: an unknown or mistyped field fails), for every arm."""
-    import yaml
+def test_a_plain_run_starts_each_piece_as_a_child_process(tmp_path):
+    """Outside `--check` a piece is a process of its own, started from the repository root
+    with the runner's environment: the seed's init, written by `experiments.train` in a
+    child (TensorFlow, tf_keras and the relative recipe paths resolved there)."""
+    ctx = run.Context(results=str(tmp_path), shared="", seeds=[1], steps=2, command="")
+    assert not run.IN_PROCESS
+    directory = pathlib.Path(run.ensure_init(1, ctx, "owner"))
+    assert (directory / "encoder.index").exists() and (directory / "params.yaml").exists()
+    log = (tmp_path / "data" / "init" / "seed1.log").read_text(encoding="utf-8")
+    assert log.startswith(f"$ {sys.executable} -m experiments.train ")
+    totals = json.loads((tmp_path / "data" / "init" / "seed1.log.cpu.json").read_text(
+        encoding="utf-8"))
+    assert totals["cpu_seconds"] > 2.0  # a fresh process: TensorFlow imported there
 
-    from cmlm_tf import convert_hf_bert, train
 
-    ctx = run.Context(results=str(tmp_path / "results"), shared=str(tmp_path / "shared"),
-                      seeds=[1], steps=2, command="")
-    values = {**run.arm_values(1, ctx), "best_queue_size": 16}
-    warm_start = convert_hf_bert.warm_start_config(
-        convert_hf_bert.read_hf_metadata(str(minilm_hf_dir)),
-        str(tmp_path / "minilm" / "encoder"), str(minilm_hf_dir / "vocab.txt"))
-    minilm = tmp_path / "results" / "data" / "all-MiniLM-L6-v2"
-    assert values["minilm"] == str(minilm)
-    minilm.mkdir(parents=True)
-    (minilm / "warm_start.yaml").write_text(yaml.safe_dump(warm_start), encoding="utf-8")
-    built = set()
+def test_check_runs_the_smallest_arm_of_every_claim(runner_runs):
+    """`--check` passes for every claim on bundled text: each claim's data prepared, every
+    stage of every arm a strict config, its smallest arm trained, exported and evaluated at
+    2 steps, in one process."""
+    outputs = "".join(_finished(runner_runs, name)[2].stdout for name in CHECKS)
+    results, inits = runner_runs["check_a"][0] / "check", []
     for claim in claims.CLAIMS.values():
-        for arm in claim.arms:
-            previous = None
-            for index, stage in enumerate(arm.stages):
-                config_files, fields = run.stage_config(
-                    stage, 1, previous, values, ctx, str(tmp_path / "init"))
-                overrides = run.write_overrides(
-                    str(tmp_path / claim.name / arm.name / f"stage{index}.yaml"), fields)
-                where = f"{claim.name}/{arm.name} stage {index + 1}"
-                try:
-                    params = train.build_params(stage.experiment, [
-                        *(str(REPO_DIR / path) for path in config_files), overrides])
-                except (ValueError, FileNotFoundError) as error:
-                    pytest.fail(f"{where}: {error}")
-                assert params.trainer.train_steps == run.stage_steps(stage, ctx), where
-                assert params.task.train_data.seed == 1, where
-                previous = str(tmp_path / claim.name / arm.name / f"stage{index}")
-                built.add(claim.name)
-    assert built == set(claims.CLAIMS)
+        if claim.results_from:
+            assert f"check {claim.name}: runs as {claim.results_from}" in outputs
+            continue
+        arm = run.smallest_arm(claim)
+        stages = sum(len(a.stages) for a in claim.arms)
+        assert f"check {claim.name}: ok ({stages} stage configs; {arm.name} at 2 steps" \
+            in outputs, claim.name
+        result = json.loads((results / claim.name / "steps2" / arm.name / "seed1.json")
+                            .read_text(encoding="utf-8"))
+        assert (result["claim"], result["arm"], result["seed"], result["steps"]) == \
+            (claim.name, arm.name, 1, 2)
+        assert result["command"].startswith("python -m experiments.run --check")
+        for evaluation in claim.evaluations:  # every kind of evaluation gave its metrics
+            assert any(key.startswith(f"{evaluation.kind}/") for key in result["metrics"]), \
+                (claim.name, evaluation.kind)
+        cpu = result["cpu_seconds"]
+        assert cpu.get("export", 0) + cpu.get("export_and_evaluate", 0) > 0
+        for index, stage in enumerate(result["stages"], 1):  # each trained 2 steps' worth
+            assert result["cpu_seconds"][f"train_stage{index}"] > 0
+            assert stage["overrides"]["trainer.train_steps"] == \
+                run.stage_steps(arm.stages[index - 1], run.Context("", "", [1], 2, ""))
+        inits.append(result["cpu_seconds"].get("init", 0.0))
+    # the seed's random init written once, by whichever runner needed it first
+    assert len([cpu for cpu in inits if cpu > 0]) == 1
 
 
-def test_smallest_arm_runs_end_to_end_and_is_skipped_once_done(runner_runs):
-    results, started = runner_runs["arm"]
-    first = started.wait()
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-
-    path = results / "negatives" / "steps2" / "batch_8" / "seed1.json"
+def test_smallest_negatives_arm_trains_from_the_seeds_init_and_is_skipped_once_done(
+        runner_runs, capsys):
+    results, _, _ = _finished(runner_runs, "check_a")
+    path = results / "check" / "negatives" / "steps2" / "batch_128" / "seed1.json"
     result = json.loads(path.read_text(encoding="utf-8"))
-    assert (result["claim"], result["arm"], result["seed"], result["steps"]) == \
-        ("negatives", "batch_8", 1, 2)
     metrics = result["metrics"]
     held_out = metrics["retrieval/bible_es/num_pairs"]
-    assert 800 < held_out < 1100  # a fifth of the 4,783 bundled pairs, English de-duplicated
+    assert 300 < held_out < 500  # a fifth of the 2,000 verses, English de-duplicated
     for key in ("retrieval/mean/src2tgt", "retrieval/mean/tgt2src", "retrieval/mean/both"):
         assert 0.0 <= metrics[key] <= 1.0
     assert 0.0 < metrics["spread/embedding_std"] < 1.0
     assert "train/ranking_loss" in metrics
     (stage,) = result["stages"]
     assert stage["experiment"] == "cmlm_tf/bitext"
-    assert stage["overrides"]["task.train_data.global_batch_size"] == 8
-    assert stage["overrides"]["trainer.train_steps"] == 8  # 4x the claim's steps at batch 8
+    assert stage["overrides"]["task.train_data.global_batch_size"] == 128
+    # a quarter of the claim's 2 steps, at least one, and no warm-up in a one-step run
+    assert stage["overrides"]["trainer.train_steps"] == 1
+    assert stage["overrides"]["trainer.optimizer_config.warmup.linear.warmup_steps"] == 0
     assert stage["overrides"]["task.init_checkpoint"].endswith("init/seed1/encoder")
-    for piece in ("init", "train_stage1", "export", "evaluate", "total"):
-        assert result["cpu_seconds"][piece] > 0, piece
-    assert result["command"].startswith("python -m experiments.run --claim negatives")
 
-    second = _run(*started.args)
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert "batch_8/seed1: done" in second.stdout
+    claim = claims.CLAIMS["negatives"]
+    assert run.run_arm(claim, claim.arm("batch_128"), 1, _check_context(results)) == str(path)
+    assert "batch_128/seed1: done" in capsys.readouterr().out
     assert json.loads(path.read_text(encoding="utf-8")) == result
 
 
-def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
-    results, started = runner_runs["curve"]
-    first = started.wait()
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs, capsys):
+    results, _, first = _finished(runner_runs, "check_a")
     assert "mlm/seed1: step 1" in first.stdout
 
-    arm = results / "cmlm_vs_mlm" / "steps2" / "mlm"
+    arm = results / "check" / "cmlm_vs_mlm" / "steps2" / "mlm"
     result = json.loads((arm / "seed1.json").read_text(encoding="utf-8"))
     curve = result["curve"]
     assert [(p["step"], p["fraction"]) for p in curve] == [(1, 0.5), (2, 1.0)]
@@ -191,18 +252,21 @@ def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs):
     (stage,) = result["stages"]
     assert stage["overrides"]["trainer.train_steps"] == 2
     assert stage["overrides"]["task.train_data.input_path"].endswith("bible_chapters.txt")
-    chapters = (results / "data" / "bible_chapters.txt").read_text(encoding="utf-8")
+    chapters = (results / "check" / "data" / "bible_chapters.txt").read_text(encoding="utf-8")
     blocks = chapters.rstrip("\n").split("\n\n")  # a blank line between chapters
-    assert len(blocks) > 100 and max(len(b.split("\n")) for b in blocks) == 25
+    assert len(blocks) == BIBLE_VERSES // 25 and max(len(b.split("\n")) for b in blocks) == 25
     points = arm / "seed1" / "points"
     assert not (points / "step1_export").exists() and (points / "step2_export").is_dir()
 
     # A runner stopped before the arm's result file: the evaluated points are kept, not
-    # evaluated again, and the result is rebuilt from them.
+    # evaluated again (nor trained: nothing here starts TensorFlow), and the result is
+    # rebuilt from them.
     (arm / "seed1.json").unlink()
-    second = _run(*started.args)
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert "step 1" not in second.stdout and "step 2" not in second.stdout
+    claim, ctx = claims.CLAIMS["cmlm_vs_mlm"], _check_context(results)
+    run.run_curves(claim, [claim.arm("mlm")], 1, ctx)
+    run.finish_curve(claim, claim.arm("mlm"), 1, ctx)
+    out = capsys.readouterr().out
+    assert "step 1" not in out and "step 2" not in out
     assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
 
 
@@ -293,6 +357,60 @@ def test_runners_started_side_by_side_write_the_seeds_initialisation_once(tmp_pa
         runner.join()
     assert writes == [str(tmp_path / "data" / "init" / "seed3")]
     assert found == writes * 2
+
+
+# A piece of `--check`: prints, logs through absl and TensorFlow's logger, then exits with
+# its argument, raises, or is interrupted.
+_PIECE = """import logging, sys
+from absl import logging as absl_logging
+absl_logging.use_absl_handler()
+print("printed", sys.argv[1:])
+absl_logging.warning("logged by absl")
+logging.getLogger("tensorflow").warning("logged by tensorflow")
+if sys.argv[1] == "raise":
+    raise ValueError("task.model: bad field")
+if sys.argv[1] == "interrupt":
+    raise KeyboardInterrupt
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_piece_run_in_the_runners_process_keeps_its_output_and_its_errors(
+        tmp_path, monkeypatch):
+    """Under `--check` a piece runs in the runner's process from the repository root: its
+    output (print, absl, TensorFlow's logger) goes to its log and nowhere after, an error is
+    the one line that says what went wrong, and Ctrl-C stops the runner (not only the
+    piece), its CPU time counted."""
+    import logging
+    import os
+
+    from absl import logging as absl_logging
+
+    script = tmp_path / "piece.py"
+    script.write_text(_PIECE, encoding="utf-8")
+    log = tmp_path / "piece.log"
+    monkeypatch.setattr(run, "IN_PROCESS", True)
+    cwd, argv = os.getcwd(), list(sys.argv)
+
+    cpu, _ = run.run_child([sys.executable, str(script), "0"], str(log))
+    assert cpu >= 0.0 and (os.getcwd(), sys.argv) == (cwd, argv)
+    text = log.read_text(encoding="utf-8")
+    assert "printed ['0']" in text and "logged by absl" in text
+    assert "logged by tensorflow" in text
+    with pytest.raises(RuntimeError) as error:
+        run.run_child([sys.executable, str(script), "raise"], str(log))
+    first = str(error.value).splitlines()[0]
+    assert first == f"piece.py failed (1): ValueError: task.model: bad field; log {log}"
+    with pytest.raises(RuntimeError, match=r"^piece.py failed \(3\)"):
+        run.run_child([sys.executable, str(script), "3"], str(log))
+    with pytest.raises(run.Stopped):
+        run.run_child([sys.executable, str(script), "interrupt"], str(log), record=True)
+    assert json.loads((tmp_path / "piece.log.cpu.json").read_text(encoding="utf-8"))[
+        "pieces"] == 1
+    handlers = [absl_logging.get_absl_handler().python_handler, *logging.getLogger().handlers,
+                *logging.getLogger("tensorflow").handlers]
+    assert not any(getattr(getattr(h, "stream", None), "name", None) == str(log)
+                   for h in handlers)
 
 
 def _render(tmp_path, summary):
@@ -442,10 +560,23 @@ def test_seed_and_threads_reach_the_runs_and_bad_values_are_one_line_errors(
     assert run._tf_threads() == 1
     for bad, message in ((["--seed", "0"], "--seed 0: seeds start at 1"),
                          (["--threads", "0"], "--threads 0: give 1 or more"),
-                         (["--arms", "queue_16"], "--arms: claim margin: no arm 'queue_16'")):
+                         (["--arms", "queue_16"], "--arms: claim margin: no arm 'queue_16'"),
+                         (["--claim", "margin,bgt"], "give --claim NAME, one claim"),
+                         (["--claim", "nope"], "--claim nope: unknown claim (have margin,"),
+                         (["--check", "--arms", "minilm"], "--check runs each claim's "
+                                                           "smallest arm, seed 1")):
         with pytest.raises(SystemExit):
             run.main(["--claim", "margin", *bad, "--results", str(tmp_path)])
         assert message in capsys.readouterr().err
+
+
+def test_schedule_warms_up_for_a_share_of_the_run_shorter_than_the_run():
+    warmup = "trainer.optimizer_config.warmup.linear.warmup_steps"
+    assert run.schedule(1000, 0.1)[warmup] == 100
+    assert run.schedule(5, 0.1)[warmup] == 1  # at least a step
+    assert run.schedule(2, 0.5)[warmup] == 1
+    assert run.schedule(1, 0.1)[warmup] == 0  # a one-step run trains at the full rate
+    assert warmup not in run.schedule(1000, None)
 
 
 def test_list_names_every_claim():
