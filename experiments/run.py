@@ -103,10 +103,14 @@ def _tf_threads() -> Optional[int]:
     return int(value) if value and value.isdigit() else None
 
 
+# What every piece runs with: quiet TensorFlow, and tf_keras as Keras.
+PIECE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
+
+
 def _env() -> Dict[str, str]:
     path = os.environ.get("PYTHONPATH", "")
     return dict(os.environ, PYTHONPATH=REPO + (os.pathsep + path if path else ""),
-                TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+                **PIECE_ENV)
 
 
 def run_child(command: List[str], log_path: str, record: bool = False,
@@ -894,10 +898,9 @@ def check_claim(claim: claims_lib.Claim, ctx: Context) -> str:
     arm = smallest_arm(claim)
     if claim.eval_points:
         run_curves(claim, [arm], 1, ctx)
-        path = finish_curve(claim, arm, 1, ctx)
     else:
-        path = run_arm(claim, arm, 1, ctx)
-    result = _read_json(path)
+        run_arm(claim, arm, 1, ctx)
+    result = _read_json(_result_path(claim, arm, 1, ctx))
     return (f"{claim.name}: ok ({built} stage configs; {arm.name} at {ctx.steps} steps: "
             f"{claim.metric} = {result['metrics'][claim.metric]:.4f}, "
             f"CPU {result['cpu_seconds']['total']:.0f} s)")
@@ -907,10 +910,7 @@ def run_check(names: List[str], ctx: Context) -> int:
     """`--check` for the claims `names`, each in turn (a failed one does not stop the
     others); 0 if all are ok, else 1."""
     global IN_PROCESS
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
+    os.environ.update(PIECE_ENV)  # before this process first imports TensorFlow
     IN_PROCESS = True
     failed = []
     try:
