@@ -97,9 +97,11 @@ def test_quick_stages_in_a_row_do_not_add_up_to_a_long_silence(capsys):
 
 
 def test_driver_heartbeat_inside_one_long_loop(tmp_path):
-    """The driver, one loop of 120 tiny steps, a heartbeat every second: lines inside the
-    loop, before its end, one plain line each (no carriage return), on stderr."""
-    env = dict(subprocess_env(), CMLM_TF_HEARTBEAT_SECONDS="1")
+    """The driver, one loop of 120 tiny steps, a heartbeat interval shorter than any step:
+    lines inside the loop, before its end, one plain line each (no carriage return), on
+    stderr. The loop's first chunk is one step (its speed is unknown), so whatever the
+    machine's speed the second chunk ends after the interval and must print a line."""
+    env = dict(subprocess_env(), CMLM_TF_HEARTBEAT_SECONDS="0.000001")
     result = subprocess.run(
         [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
          "--config_file=cmlm_tiny", "--mode=train", f"--model_dir={tmp_path / 'run'}",
