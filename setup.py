@@ -21,7 +21,7 @@ setup(
     package_dir={"cmlm_tf.recipes": "configs"},
     package_data={"cmlm_tf": ["data/corpus/*"], "cmlm_tf.recipes": ["*.yaml", "*.sh"]},
     entry_points={"console_scripts": [
-        "cmlm-tf-train = cmlm_tf.train:main",
+        "cmlm-tf-train = cmlm_tf.train:console_main",
         "cmlm-tf-export = cmlm_tf.export.cli:main",
         "cmlm-tf-evaluate = cmlm_tf.evaluate:main",
         "cmlm-tf-mine = cmlm_tf.mine:main",

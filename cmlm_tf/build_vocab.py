@@ -449,7 +449,9 @@ def write_vocab(vocab: Sequence[str], path: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from cmlm_tf import cli
+
+    parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.build_vocab",
         description="Learn a vocabulary from text files: a multilingual WordPiece vocabulary "
                     "(BERT vocab.txt, one language group per --input, with language "

@@ -21,6 +21,73 @@ class UsageError(ValueError):
     """A bad combination of command-line arguments."""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but an option it does not know is reported as such, with the
+    closest known flag ("--model-dir: not recognised; did you mean --model_dir?"), before
+    any other complaint (a required `--model_dir` is "missing" only because of the typo).
+    Every command's parser is one, subcommands included (argparse builds them alike)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        unknown = self.unrecognised_flags(getattr(self, "_given", []))
+        if unknown:
+            message = "; ".join(self._flag_suggestion(flag) for flag in unknown)
+        super().error(message)
+
+    def _known_flags(self) -> list:
+        return _flags_of(self)
+
+    def unrecognised_flags(self, given: Sequence[str]) -> list:
+        """The option-like arguments in `given` that no flag of this parser accepts
+        (unique prefixes, which argparse accepts, count as known)."""
+        known = self._known_flags()
+        unknown = []
+        for token in given:
+            if token == "--":
+                break
+            if not token.startswith("-") or token == "-" or _is_number(token):
+                continue
+            flag = token.split("=", 1)[0]
+            if flag in known or (flag.startswith("--") and len(flag) > 2 and any(
+                    name.startswith(flag) for name in known)):
+                continue
+            unknown.append(flag)
+        return unknown
+
+    def _flag_suggestion(self, flag: str) -> str:
+        from cmlm_tf.names import closest
+
+        known = [name for name in self._known_flags() if name.startswith("--")]
+        spelled = "--" + flag.lstrip("-").replace("-", "_")
+        close = [spelled] if spelled in known else closest(flag, known)
+        if close:
+            return f"{flag}: not recognised; did you mean {' or '.join(close)}?"
+        return f"{flag}: not recognised (see --help)"
+
+
+def _flags_of(parser: argparse.ArgumentParser) -> list:
+    """Every flag of `parser` and of its subcommands (argparse hands a subcommand's unknown
+    arguments back to the top-level parser, which must not call its flags unknown)."""
+    flags = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in set(action.choices.values()):
+                flags += _flags_of(subparser)
+    return flags
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def one_line(error: Exception) -> str:
     """The informative line of an error's message (its type when it has none).
 
@@ -76,39 +143,49 @@ def run_main(body: Callable[[], Optional[int]]) -> int:
 
 
 class Stages:
-    """Says on stderr which stage a long command is in: once the command has been silent
-    for `after` seconds (since this object was made, its last line or its last `done()`,
-    whatever stages ran meanwhile), then every `every` seconds while a stage lasts, one
-    plain line naming the current stage (from a timer thread). A quick command or a
-    one-line error prints nothing more; quick stages in a row cannot add up to a long
-    silence.
+    """Says on stderr which stage of a long command is running, while it runs.
+
+    A timer prints `command: what (N s so far)` for the running stage, N being that stage's
+    own time: first once the stage has lasted `after` seconds, then every `every` seconds.
+    So that quick stages in a row do not leave a long silence, a stage that starts after
+    the command has been silent for `after` seconds (since this object was made, its last
+    line or the last `done()`) gets its line once it has run for `min_age` seconds (1 s):
+    a line never names a stage that has only just begun, nor counts another stage's time.
+    A quick command or a one-line error prints nothing more.
 
         stage = Stages("export"); stage("converting to TFLite"); ...; stage.done()
         -> export: converting to TFLite (10 s so far)
 
-    Call `done()` when the command ends, also when it fails.
+    Call `done()` when the command ends, also when it fails. `clock` (seconds) and
+    `start_timer(delay, callback)` (returns an object with `cancel()`) are injectable for
+    tests; by default `time.perf_counter` and a daemon `threading.Timer`.
     """
 
-    def __init__(self, command: str, after: float = 10.0, every: float = 20.0):
+    def __init__(self, command: str, after: float = 10.0, every: float = 20.0,
+                 min_age: float = 1.0, clock: Optional[Callable[[], float]] = None,
+                 start_timer: Optional[Callable[[float, Callable[[], None]], object]] = None):
         import threading
         import time
 
         self.command = command
         self.after = after
         self.every = every
-        self._clock = time.perf_counter
+        self.min_age = min(min_age, after)
+        self._clock = clock or time.perf_counter
+        self._start_timer = start_timer or _daemon_timer
         self._lock = threading.Lock()
         self._current = None  # (generation, what, started)
         self._generation = 0
         self._timer = None
-        self._quiet_since = self._clock()  # the last line, or the start
+        self._quiet_since = self._clock()  # the last line, the last done(), or the start
 
     def __call__(self, what: str) -> None:
         with self._lock:
             self._generation += 1
             now = self._clock()
             self._current = (self._generation, what, now)
-            self._arm(max(0.0, self.after - (now - self._quiet_since)))
+            silent_until = self._quiet_since + self.after
+            self._arm(min(self.after, max(silent_until - now, self.min_age)))
 
     def done(self) -> None:
         """Ends the current stage; the next one counts its silence from here."""
@@ -116,17 +193,17 @@ class Stages:
             self._generation += 1
             self._current = None
             self._quiet_since = self._clock()
-            if self._timer is not None:
-                self._timer.cancel()
+            self._cancel()
 
-    def _arm(self, delay: float) -> None:
-        import threading
-
+    def _cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = threading.Timer(delay, self._report, args=(self._generation,))
-        self._timer.daemon = True
-        self._timer.start()
+            self._timer = None
+
+    def _arm(self, delay: float) -> None:
+        self._cancel()
+        generation = self._generation
+        self._timer = self._start_timer(delay, lambda: self._report(generation))
 
     def _report(self, generation: int) -> None:
         with self._lock:
@@ -138,6 +215,16 @@ class Stages:
                   file=sys.stderr, flush=True)
             self._quiet_since = now
             self._arm(self.every)
+
+
+def _daemon_timer(delay: float, callback: Callable[[], None]):
+    """`callback` after `delay` seconds on a daemon thread (never holds up the exit)."""
+    import threading
+
+    timer = threading.Timer(delay, callback)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def quiet_tensorflow_logs() -> None:
@@ -193,14 +280,30 @@ def check_pcr_languages(pcr, languages: Sequence[str], path: str) -> None:
                          "--src_lang/--tgt_lang or --langs")
 
 
-def load_encoder(export_dir: str, batch_size: int):
-    """An `encode(texts)` function for the export (progress bar on a terminal)."""
+def load_encoder(export_dir: str, batch_size: int, stage: Optional[Stages] = None):
+    """An `encode(texts)` function for the export (progress bar on a terminal).
+
+    Each call says once what it encodes; a later call says it is more of the same command
+    ("encoding 668 more sentences, 1336 in all"), so two sides of equal size do not read
+    as one step done twice. With `stage`, that line is the running stage, which its timer
+    names again only if it lasts.
+    """
     import cmlm_tf
 
     model = cmlm_tf.load(export_dir)
+    encoded = [0]
 
     def encode(texts):
-        print(f"encoding {len(texts)} sentences", file=sys.stderr, flush=True)
-        return model.encode(texts, batch_size=batch_size)
+        if encoded[0]:
+            what = (f"encoding {len(texts)} more sentences, "
+                    f"{encoded[0] + len(texts)} in all")
+        else:
+            what = f"encoding {len(texts)} sentences"
+        print(what, file=sys.stderr, flush=True)
+        if stage is not None:
+            stage(what)
+        vectors = model.encode(texts, batch_size=batch_size)
+        encoded[0] += len(texts)
+        return vectors
 
     return encode

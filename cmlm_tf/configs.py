@@ -17,7 +17,11 @@ from typing import List, Optional
 from official.core import config_definitions as cfg
 from official.modeling import hyperparams, optimization
 
+from cmlm_tf import names
+from cmlm_tf.names import recipe_dir, recipe_names  # noqa: F401 (their old home)
+
 POOLING_MODES = ("mean", "cls", "max")
+PROJECTION_ACTIVATIONS = ("linear", "tanh", "relu", "sigmoid")
 TOKENIZER_TYPES = ("wordpiece", "sentencepiece")
 
 
@@ -27,8 +31,12 @@ class EncoderConfig(hyperparams.Config):
 
     `hidden_activation`: `gelu_exact` (erf, as Hugging Face BERT), `gelu_approx` (tanh, what
     Model Garden calls `gelu`), or any other Model Garden activation name (`relu`, `swish`...).
-    `projection_size`: 0 for none, else a linear layer after pooling.
+    `projection_size`: 0 for none, else a dense layer after pooling, whose activation is
+    `projection_activation` (`linear`, or `tanh` as LaBSE's sentence-transformers `Dense`
+    module).
     `normalize`: whether the exported `default` output is L2-normalised.
+    `layer_norm_epsilon`: every LayerNorm's epsilon (BERT: 1e-12; a Hugging Face folder's
+    `layer_norm_eps`).
     """
 
     vocab_size: int = 30522
@@ -44,7 +52,9 @@ class EncoderConfig(hyperparams.Config):
     initializer_range: float = 0.02
     pooling: str = "mean"
     projection_size: int = 0
+    projection_activation: str = "linear"
     normalize: bool = True
+    layer_norm_epsilon: float = 1e-12
 
 
 @dataclasses.dataclass
@@ -110,6 +120,12 @@ def validate_model_config(model: SentenceModelConfig) -> None:
         raise ValueError(f"{prefix}pooling must be one of {POOLING_MODES}, got {enc.pooling!r}")
     if enc.projection_size < 0:
         raise ValueError(f"{prefix}projection_size must be >= 0, got {enc.projection_size}")
+    if enc.projection_activation not in PROJECTION_ACTIVATIONS:
+        raise ValueError(f"{prefix}projection_activation must be one of "
+                         f"{PROJECTION_ACTIVATIONS}, got {enc.projection_activation!r}")
+    if not 0 < enc.layer_norm_epsilon < 1:
+        raise ValueError(f"{prefix}layer_norm_epsilon must be in (0, 1), got "
+                         f"{enc.layer_norm_epsilon}")
     tok = model.tokenizer
     if tok.type not in TOKENIZER_TYPES:
         raise ValueError(
@@ -189,51 +205,19 @@ def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.O
     })
 
 
-def recipe_dir() -> Optional[str]:
-    """The folder of the recipes that ship with cmlm_tf (`configs/` of a checkout)."""
-    import importlib.resources
-    import os
-
-    try:
-        folder = importlib.resources.files("cmlm_tf.recipes")
-        if folder.is_dir():
-            return str(folder)
-    except ModuleNotFoundError:
-        pass
-    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "configs")
-    return checkout if os.path.isdir(checkout) else None
-
-
-def recipe_names() -> List[str]:
-    """The packaged recipes, by the names `--config_file` takes (`cmlm_tiny`, ...)."""
-    import os
-
-    folder = recipe_dir()
-    if folder is None:
-        return []
-    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
-
-
 def resolve_recipe(name_or_path: str) -> str:
     """A `--config_file` value as a file: an existing path as it is; otherwise a packaged
     recipe by name (`cmlm_tiny`, `cmlm_tiny.yaml` or `configs/cmlm_tiny.yaml`), so recipes
-    work from any directory once cmlm_tf is installed."""
-    import os
-
+    work from any directory once cmlm_tf is installed. A typo of a recipe's name gets
+    "did you mean"."""
     import tensorflow as tf
 
     if tf.io.gfile.exists(name_or_path):
         return name_or_path
-    folder = recipe_dir()
-    directory, name = os.path.split(name_or_path)
-    if folder and os.path.normpath(directory or ".") in (".", "configs"):
-        for candidate in (name, name + ".yaml"):
-            if os.path.isfile(os.path.join(folder, candidate)):
-                return os.path.join(folder, candidate)
-    raise FileNotFoundError(
-        f"--config_file {name_or_path}: no such file and no packaged recipe of that name "
-        f"(recipes: {', '.join(recipe_names()) or 'none found'})")
+    recipe = names.packaged_recipe(name_or_path)
+    if recipe is None:
+        raise FileNotFoundError(names.unknown_recipe_message(name_or_path))
+    return recipe
 
 
 def read_yaml_mapping(path: str, what: str = "config file") -> dict:
@@ -328,29 +312,18 @@ def override_error(params: hyperparams.Config, mapping: dict, error: Exception) 
         return _first_line(error)
     path, siblings = found
     prefix, _, key = path.rpartition(".")
-    close = [f"{prefix}.{name}" if prefix else name for name in _closest(key, siblings)]
+    close = [f"{prefix}.{name}" if prefix else name for name in names.closest(key, siblings)]
     if not close:
         # A key in the wrong place (trainer.seq_length): the paths that end in a close name.
         elsewhere = {}
         for dotted in _dotted_keys(known):
             elsewhere.setdefault(dotted.rpartition(".")[2], []).append(dotted)
-        close = [dotted for name in _closest(key, list(elsewhere))
+        close = [dotted for name in names.closest(key, list(elsewhere))
                  for dotted in elsewhere[name]][:3]
     if close:
         return f"unknown key {path}; did you mean {' or '.join(close)}?"
     where = f"under {prefix}" if prefix else "at the top level"
     return f"unknown key {path}; the keys {where} are {', '.join(sorted(siblings))}"
-
-
-def _closest(word: str, candidates: List[str]) -> List[str]:
-    """The candidates most like `word` (similarity at least 0.75, within 0.05 of the best)."""
-    import difflib
-
-    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates),
-                    reverse=True)
-    if not scored or scored[0][0] < 0.75:
-        return []
-    return [c for score, c in scored if score >= max(0.75, scored[0][0] - 0.05)]
 
 
 def _unknown_key(known: dict, mapping: dict, prefix: str = ""):
@@ -373,7 +346,29 @@ def _dotted_keys(known: dict, prefix: str = ""):
             yield from _dotted_keys(value, f"{prefix}{key}.")
 
 
+def read_float_strings(config: hyperparams.Config) -> None:
+    """Turns strings that spell a number in float fields into floats: YAML 1.1 (what recipes
+    and `--params_override` are parsed with) reads `1e-12` or `5e-5`, without a dot, as a
+    string."""
+    import typing
+
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name, None)
+        if isinstance(value, hyperparams.Config):
+            read_float_strings(value)
+            continue
+        allowed = typing.get_args(field.type) if typing.get_origin(field.type) is \
+            typing.Union else (field.type,)
+        if float in allowed and isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                continue  # check_types names the field
+            setattr(config, field.name, number)
+
+
 def _check_types(params: hyperparams.Config, source: str) -> None:
+    read_float_strings(params)
     try:
         check_types(params)
     except ValueError as e:

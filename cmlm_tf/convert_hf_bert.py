@@ -2,25 +2,31 @@ r"""Converts a Hugging Face BERT folder into a cmlm_tf encoder checkpoint.
 
     python -m cmlm_tf.convert_hf_bert --hf_dir DIR --output_dir OUT
 
-Reads `config.json`, `model.safetensors`, `vocab.txt` and, when present, the
-sentence-transformers metadata (`modules.json`, `1_Pooling/config.json`,
-`sentence_bert_config.json`, `tokenizer_config.json`). Writes to OUT:
+Reads `config.json`, `model.safetensors`, the WordPiece vocabulary (`vocab.txt`, or
+`tokenizer.json` when a folder has only that) and, when present, the sentence-transformers
+metadata: `modules.json` (Transformer, Pooling, optionally one `Dense` module with its
+activation, Normalize), the Pooling module's `config.json` (the `pooling_mode_*_tokens` flags
+of sentence-transformers 2-4, or the `pooling_mode` of 5 and 6: cls, mean or max),
+`sentence_bert_config.json` and `tokenizer_config.json`. `layer_norm_eps` comes from
+`config.json`. Writes to OUT:
 
-- `encoder.index` / `encoder.data-*`: `tf.train.Checkpoint(encoder=SentenceEncoder)`;
+- `encoder.index` / `encoder.data-*`: `tf.train.Checkpoint(encoder=SentenceEncoder)`, the
+  `Dense` module as the encoder's projection;
 - `vocab.txt`;
 - `warm_start.yaml`: sets `task.model.encoder`, `task.model.tokenizer` and
   `task.init_checkpoint` (absolute paths), to pass as the first `--config_file` of any
   experiment;
 - `source.json`: where the weights came from and the folder's `max_seq_length`.
 
-Casing comes from `tokenizer_config.json` (`do_lower_case`), never from
-`sentence_bert_config.json`, whose `do_lower_case` describes something else.
+Casing comes from `tokenizer_config.json` (`do_lower_case`; else `tokenizer.json`'s
+normalizer), never from `sentence_bert_config.json`, whose `do_lower_case` describes
+something else. Anything else (a `model_type` other than bert, another module or pooling
+mode) is refused with one line naming the file and the field.
 """
 
 import json
 import os
 import re
-import shutil
 import sys
 from typing import Dict, Optional
 
@@ -57,17 +63,107 @@ def _read_json(path: str, required: bool = False) -> Optional[dict]:
         raise ValueError(f"{path}: cannot read JSON ({e})") from None
 
 
+# sentence-transformers module types (the last component of `modules.json`'s `type`).
+_ST_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+# sentence-transformers pooling: the v2-v4 flags and the v5/v6 `pooling_mode` values.
+_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                  "pooling_mode_max_tokens": "max"}
+_UNSUPPORTED_POOLING_FLAGS = ("pooling_mode_mean_sqrt_len_tokens",
+                              "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+# A `Dense` module's `activation_function` -> EncoderConfig.projection_activation.
+_DENSE_ACTIVATIONS = {
+    "torch.nn.modules.activation.Tanh": "tanh",
+    "torch.nn.modules.linear.Identity": "linear",
+    "torch.nn.modules.activation.ReLU": "relu",
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+}
+
+
+def _pooling_mode(pooling: dict, path: str) -> str:
+    """`cls`, `mean` or `max` from a `1_Pooling/config.json`, old flags or new field."""
+    if "pooling_mode" in pooling:
+        mode = pooling["pooling_mode"]
+        if mode not in ("cls", "mean", "max"):
+            raise ValueError(f"{path}: pooling_mode {mode!r} is not supported (cls, mean, max)")
+        return mode
+    modes = [mode for flag, mode in _POOLING_FLAGS.items() if pooling.get(flag)]
+    unsupported = [flag for flag in _UNSUPPORTED_POOLING_FLAGS if pooling.get(flag)]
+    if unsupported or len(modes) != 1:
+        fields = unsupported or [flag for flag in _POOLING_FLAGS if pooling.get(flag)]
+        raise ValueError(f"{path}: pooling {', '.join(fields) or 'with no mode set'} is not "
+                         "supported (exactly one of pooling_mode_cls_token, "
+                         "pooling_mode_mean_tokens, pooling_mode_max_tokens)")
+    return modes[0]
+
+
+def _read_modules(hf_dir: str) -> list:
+    """`modules.json` as [(kind, folder)] with kind in `_ST_MODULES`, in order; a folder
+    without it is one plain Hugging Face model: [("Transformer", hf_dir)]."""
+    path = os.path.join(hf_dir, "modules.json")
+    modules = _read_json(path)
+    if modules is None:
+        return [("Transformer", hf_dir)]
+    if not isinstance(modules, list):
+        raise ValueError(f"{path}: expected a list of modules")
+    read = []
+    for index, module in enumerate(modules):
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in _ST_MODULES:
+            raise ValueError(f"{path}: module {index} has type {module.get('type')!r}, which "
+                             f"is not supported (supported: {', '.join(_ST_MODULES)})")
+        path_in_folder = module.get("path")
+        if path_in_folder is None:  # sentence-transformers' own default
+            path_in_folder = "" if kind == "Transformer" else f"{index}_{kind}"
+        read.append((kind, os.path.join(hf_dir, path_in_folder)))
+    kinds = [kind for kind, _ in read]
+    expected = ["Transformer", "Pooling", "Dense", "Normalize"]
+    if kinds not in ([k for k in expected if k != "Dense"],
+                     [k for k in expected if k != "Normalize"], expected,
+                     ["Transformer", "Pooling"]):
+        raise ValueError(f"{path}: modules {kinds} are not supported (Transformer, Pooling, "
+                         "then optionally one Dense and Normalize)")
+    return read
+
+
+def _read_dense(folder: str, width: int) -> dict:
+    """A sentence-transformers `Dense` module: its size, activation and weights' file."""
+    path = os.path.join(folder, "config.json")
+    config = _read_json(path, required=True)
+    if config.get("in_features") != width:
+        raise ValueError(f"{path}: in_features {config.get('in_features')} differs from the "
+                         f"pooled width {width}")
+    activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
+    if activation not in _DENSE_ACTIVATIONS:
+        raise ValueError(f"{path}: activation_function {activation!r} is not supported "
+                         f"({', '.join(_DENSE_ACTIVATIONS)})")
+    weights = os.path.join(folder, "model.safetensors")
+    if not os.path.exists(weights):
+        raise FileNotFoundError(f"{weights}: required file not found (a Dense module saved as "
+                                "pytorch_model.bin only: save it again with "
+                                "sentence-transformers 3 or later)")
+    return {"size": int(config["out_features"]), "bias": bool(config.get("bias", True)),
+            "activation": _DENSE_ACTIVATIONS[activation], "weights": weights}
+
+
 def read_hf_metadata(hf_dir: str) -> dict:
-    """Reads encoder, tokenizer and sentence-transformers settings from a HF folder."""
+    """Reads encoder, tokenizer and sentence-transformers settings from a HF folder.
+
+    Returns `encoder` (EncoderConfig fields), `lower_case`, `max_seq_length`,
+    `transformer_dir` (where config.json, the weights and the tokenizer are) and `dense`
+    (None, or the Dense module's `size`, `bias`, `activation` and `weights` file).
+    """
     if not os.path.isdir(hf_dir):
         raise FileNotFoundError(f"{hf_dir}: Hugging Face model folder not found")
-    config = _read_json(os.path.join(hf_dir, "config.json"), required=True)
+    modules = _read_modules(hf_dir)
+    transformer_dir = modules[0][1]
+    config_path = os.path.join(transformer_dir, "config.json")
+    config = _read_json(config_path, required=True)
     model_type = config.get("model_type", "bert")
     if model_type != "bert":
-        raise ValueError(f"{hf_dir}/config.json: model_type {model_type!r} is not BERT")
+        raise ValueError(f"{config_path}: model_type {model_type!r} is not supported (bert)")
     act = config.get("hidden_act", "gelu")
     if act not in _HF_ACTIVATIONS:
-        raise ValueError(f"{hf_dir}/config.json: unsupported hidden_act {act!r}")
+        raise ValueError(f"{config_path}: unsupported hidden_act {act!r}")
     encoder = {
         "vocab_size": config["vocab_size"],
         "hidden_size": config["hidden_size"],
@@ -80,40 +176,66 @@ def read_hf_metadata(hf_dir: str) -> dict:
         "dropout_rate": config.get("hidden_dropout_prob", 0.1),
         "attention_dropout_rate": config.get("attention_probs_dropout_prob", 0.1),
         "initializer_range": config.get("initializer_range", 0.02),
+        "layer_norm_epsilon": float(config.get("layer_norm_eps", 1e-12)),
         "pooling": "cls",
         "projection_size": 0,
+        "projection_activation": "linear",
         "normalize": False,
     }
-    eps = config.get("layer_norm_eps", 1e-12)
-    if abs(eps - 1e-12) > 1e-15:
-        raise ValueError(
-            f"{hf_dir}/config.json: layer_norm_eps {eps} differs from BertEncoderV2's 1e-12")
-    pooling = _read_json(os.path.join(hf_dir, "1_Pooling", "config.json"))
-    modules = _read_json(os.path.join(hf_dir, "modules.json"))
-    if pooling:
-        if pooling.get("pooling_mode_mean_tokens"):
-            encoder["pooling"] = "mean"
-        elif pooling.get("pooling_mode_cls_token"):
-            encoder["pooling"] = "cls"
-        elif pooling.get("pooling_mode_max_tokens"):
-            encoder["pooling"] = "max"
-        else:
-            raise ValueError(f"{hf_dir}/1_Pooling/config.json: no supported pooling mode")
-    if modules:
-        encoder["normalize"] = any(
-            m.get("type", "").endswith(".Normalize") for m in modules)
-        unsupported = [m.get("type") for m in modules if not m.get("type", "").endswith(
-            (".Transformer", ".Pooling", ".Normalize"))]
-        if unsupported:
-            raise ValueError(f"{hf_dir}/modules.json: unsupported modules {unsupported}")
-    tokenizer_config = _read_json(os.path.join(hf_dir, "tokenizer_config.json")) or {}
+    dense = None
+    for kind, folder in modules[1:]:
+        if kind == "Pooling":
+            path = os.path.join(folder, "config.json")
+            encoder["pooling"] = _pooling_mode(_read_json(path, required=True), path)
+        elif kind == "Dense":
+            dense = _read_dense(folder, encoder["hidden_size"])
+            encoder["projection_size"] = dense["size"]
+            encoder["projection_activation"] = dense["activation"]
+        elif kind == "Normalize":
+            encoder["normalize"] = True
+    tokenizer_config = _read_json(os.path.join(transformer_dir, "tokenizer_config.json")) or {}
     st_config = _read_json(os.path.join(hf_dir, "sentence_bert_config.json")) or {}
+    lower_case = tokenizer_config.get("do_lower_case")
+    if lower_case is None:
+        tokenizer_json = _read_json(os.path.join(transformer_dir, "tokenizer.json")) or {}
+        lower_case = (tokenizer_json.get("normalizer") or {}).get("lowercase", True)
     return {
         "encoder": encoder,
-        "lower_case": bool(tokenizer_config.get("do_lower_case", True)),
+        "lower_case": bool(lower_case),
         "max_seq_length": st_config.get("max_seq_length")
         or tokenizer_config.get("model_max_length"),
+        "transformer_dir": transformer_dir,
+        "dense": dense,
     }
+
+
+def read_wordpiece_vocab(transformer_dir: str) -> list:
+    """The WordPiece vocabulary, in id order: `vocab.txt`, else `tokenizer.json`'s
+    `model.vocab` (sentence-transformers 5/6 and transformers 5 save only the latter)."""
+    vocab_path = os.path.join(transformer_dir, "vocab.txt")
+    if os.path.exists(vocab_path):
+        with open(vocab_path, encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    path = os.path.join(transformer_dir, "tokenizer.json")
+    tokenizer = _read_json(path)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{vocab_path}: required file not found (nor {path})")
+    model = tokenizer.get("model") or {}
+    if model.get("type") != "WordPiece":
+        raise ValueError(f"{path}: model.type {model.get('type')!r} is not supported "
+                         "(WordPiece)")
+    if model.get("continuing_subword_prefix", "##") != "##":
+        raise ValueError(f"{path}: model.continuing_subword_prefix "
+                         f"{model['continuing_subword_prefix']!r} is not supported ('##')")
+    vocab = model.get("vocab") or {}
+    tokens = [None] * len(vocab)
+    for token, index in vocab.items():
+        if not 0 <= index < len(tokens) or tokens[index] is not None:
+            raise ValueError(f"{path}: model.vocab ids are not 0..{len(vocab) - 1}, each once")
+        tokens[index] = token
+    if any("\n" in token or "\r" in token for token in tokens):
+        raise ValueError(f"{path}: model.vocab has a token with a line break")
+    return tokens
 
 
 def _split_heads(kernel: np.ndarray, num_heads: int) -> np.ndarray:
@@ -200,30 +322,52 @@ def warm_start_config(meta: dict, prefix: str, vocab_file: str) -> dict:
     return {"task": {"init_checkpoint": os.path.abspath(prefix), "model": model.as_dict()}}
 
 
+def _load_safetensors(path: str) -> Dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except Exception as e:  # safetensors raises its own error types
+        raise ValueError(f"{path}: cannot read safetensors ({e})") from None
+
+
+def _assign(variable, value: np.ndarray, source: str, key: str) -> None:
+    if tuple(value.shape) != tuple(variable.shape):
+        raise ValueError(f"{source}: tensor for {key} has shape {value.shape}, "
+                         f"the encoder expects {tuple(variable.shape)}")
+    variable.assign(value.astype(np.float32))
+
+
+def _assign_dense(projection, dense: dict) -> None:
+    """Loads a sentence-transformers `Dense` module (`linear.weight` [out, in],
+    `linear.bias`) into the encoder's projection."""
+    tensors = _load_safetensors(dense["weights"])
+    expected = {"linear.weight"} | ({"linear.bias"} if dense["bias"] else set())
+    if set(tensors) != expected:
+        raise ValueError(f"{dense['weights']}: tensors {sorted(tensors)}, expected "
+                         f"{sorted(expected)}")
+    _assign(projection.kernel, tensors["linear.weight"].T, dense["weights"], "linear.weight")
+    bias = tensors.get("linear.bias", np.zeros(dense["size"], np.float32))
+    _assign(projection.bias, bias, dense["weights"], "linear.bias")
+
+
 def convert(hf_dir: str, output_dir: str) -> str:
     """Converts `hf_dir` into `output_dir`; returns the path of `warm_start.yaml`."""
     import tensorflow as tf  # noqa: F401  (imported late so --help stays fast)
-    from safetensors.numpy import load_file
 
     from cmlm_tf import configs
     from cmlm_tf.modeling import sentence_encoder
 
     meta = read_hf_metadata(hf_dir)
-    weights_path = os.path.join(hf_dir, "model.safetensors")
-    vocab_path = os.path.join(hf_dir, "vocab.txt")
-    for path in (weights_path, vocab_path):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: required file not found")
-    try:
-        tensors = load_file(weights_path)
-    except Exception as e:  # safetensors raises its own error types
-        raise ValueError(f"{weights_path}: cannot read safetensors ({e})") from None
-    with open(vocab_path, encoding="utf-8") as f:
-        vocab_lines = sum(1 for _ in f)
+    weights_path = os.path.join(meta["transformer_dir"], "model.safetensors")
+    if not os.path.exists(weights_path):
+        raise FileNotFoundError(f"{weights_path}: required file not found")
+    tensors = _load_safetensors(weights_path)
+    vocab = read_wordpiece_vocab(meta["transformer_dir"])
     encoder_config = configs.EncoderConfig(**meta["encoder"])
-    if vocab_lines != encoder_config.vocab_size:
-        raise ValueError(f"{vocab_path}: {vocab_lines} tokens but config.json says vocab_size "
-                         f"{encoder_config.vocab_size}")
+    if len(vocab) != encoder_config.vocab_size:
+        raise ValueError(f"{meta['transformer_dir']}: the vocabulary has {len(vocab)} tokens "
+                         f"but config.json says vocab_size {encoder_config.vocab_size}")
 
     encoder = sentence_encoder.build_sentence_encoder(encoder_config)
     mapped = _map_hf_tensors(tensors, encoder_config.num_layers,
@@ -235,17 +379,16 @@ def convert(hf_dir: str, output_dir: str) -> str:
     if missing:
         raise ValueError(f"{weights_path}: no tensor for encoder weights {missing[:5]}")
     for key, variable in bert_weights.items():
-        value = mapped[key]
-        if tuple(value.shape) != tuple(variable.shape):
-            raise ValueError(f"{weights_path}: tensor for {key} has shape {value.shape}, "
-                             f"the encoder expects {tuple(variable.shape)}")
-        variable.assign(value.astype(np.float32))
+        _assign(variable, mapped[key], weights_path, key)
+    if meta["dense"] is not None:
+        _assign_dense(encoder.projection, meta["dense"])
 
     output_dir = os.path.abspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     prefix = sentence_encoder.write_encoder_checkpoint(encoder, output_dir, CHECKPOINT_NAME)
     vocab_out = os.path.join(output_dir, "vocab.txt")
-    shutil.copyfile(vocab_path, vocab_out)
+    with open(vocab_out, "w", encoding="utf-8") as f:
+        f.write("".join(token + "\n" for token in vocab))
     warm_start = warm_start_config(meta, prefix, vocab_out)
     import yaml
 

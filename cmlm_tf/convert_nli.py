@@ -120,8 +120,10 @@ def convert(input_path: str, output: str, by_language: bool = False,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cmlm_tf.convert_nli",
-                                     description=__doc__.split("\n\n")[0])
+    from cmlm_tf import cli
+
+    parser = cli.ArgumentParser(prog="python -m cmlm_tf.convert_nli",
+                                description=__doc__.split("\n\n")[0])
     parser.add_argument("input", help="MNLI/SNLI/XNLI TSV file with a header row")
     parser.add_argument("output", help="output file, or prefix with --by_language")
     parser.add_argument("--by_language", action="store_true",

@@ -31,7 +31,7 @@ PCR_TASKS = ("retrieval", "mining", "bias")
 
 
 def _common_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = cli.ArgumentParser(add_help=False)
     common.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
     common.add_argument("--output", help="write the report as JSON to this file")
     common.add_argument("--batch_size", type=int, default=64, help="encode batch size")
@@ -39,7 +39,7 @@ def _common_parser() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.evaluate",
         description="Evaluate an exported cmlm_tf encoder: STS, translation retrieval, "
                     "bitext mining (BUCC), same-language bias, linear-probe classification.")

@@ -21,7 +21,7 @@ from cmlm_tf.evaluation import mining, readers
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.mine",
         description="Mine 1-to-1 translation pairs from two text files (margin scoring).")
     parser.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
@@ -74,12 +74,11 @@ def run(args) -> int:
     stage = cli.Stages("mine")
     try:
         stage(f"loading {args.model}")
-        encoder = cli.load_encoder(args.model, args.batch_size)
+        encoder = cli.load_encoder(args.model, args.batch_size, stage)
         sides = []
 
         def encode(texts):
             # After the second side: the k-nearest-neighbour search and margin scoring.
-            stage(f"encoding {len(texts)} sentences")
             vectors = encoder(texts)
             sides.append(len(texts))
             if len(sides) == 2:

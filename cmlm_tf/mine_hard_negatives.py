@@ -31,7 +31,7 @@ from cmlm_tf.evaluation import knn, readers
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.mine_hard_negatives",
         description="Add k hard negatives to each source<TAB>target pair.")
     parser.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")

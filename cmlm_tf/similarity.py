@@ -9,9 +9,7 @@ from cmlm_tf import cli
 
 
 def build_parser():
-    import argparse
-
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.similarity",
         description="Encode sentences with an exported cmlm_tf model and print their "
                     "cosine similarity matrix.")

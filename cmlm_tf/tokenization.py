@@ -90,22 +90,30 @@ def tokenizer_implementation(layer: tf_keras.layers.Layer) -> dict:
     return {"name": "sentencepiece"}
 
 
+# A word longer than this becomes `[UNK]`. BERT and Hugging Face count 100 characters, the
+# op counts bytes: 4 bytes per character gives every word of up to 100 characters (a Thai,
+# Khmer or Javanese phrase without spaces is one word of 3-byte characters) the same pieces;
+# only a word of more than 100 characters in at most 400 bytes gives pieces here, `[UNK]`
+# there. (The classic fallback keeps TF-Text's 100 bytes.)
+MAX_BYTES_PER_WORD = 400
+
+
 class FastWordpieceTokenizer(tf_keras.layers.Layer):
     """BERT WordPiece tokenization with TF-Text's `FastBertTokenizer` (linear time).
 
-    Normalisation (with `lower_case`: case folding, NFD, accents stripped), the split on
-    whitespace and punctuation and the WordPiece lookup run in two ops (`FastBertNormalize`,
-    `FastWordpieceTokenizeWithOffsets`) that also have TFLite kernels. On every line of
-    the UDHR, the installation guide, the Bible and STS-B, with cased and uncased
-    vocabularies, the ids equal the classic `BertTokenizer`'s
-    (`benchmarks/tokenizer_parity.py`). Where they differ: Unicode whitespace that is not
-    ASCII (U+00A0 no-break space and U+3000 ideographic space in cased vocabularies, U+2028
-    line separator in both) separates words here, as in the original BERT and Hugging Face
-    tokenizers, while `BertTokenizer` keeps it inside the word (usually giving `[UNK]`).
+    Normalisation, the split on whitespace and punctuation and the WordPiece lookup run in
+    two ops (`FastBertNormalize`, `FastWordpieceTokenizeWithOffsets`) that also have TFLite
+    kernels. The normaliser runs Hugging Face's (and the original BERT's) rules, from the
+    table `cmlm_tf.bert_normalizer` builds: control, format (U+200B, U+200C, U+200D, U+FEFF,
+    ...) and private-use characters are deleted, joining the text around them, other
+    whitespace becomes a space and, with `lower_case`, accents are stripped and characters
+    lower-cased. The ids equal Hugging Face's `BertTokenizer`'s on every UDHR paragraph in
+    441 languages (`tests/test_bert_normalizer.py`). The classic `BertTokenizer` fallback
+    keeps TF-Text's own normalisation (format characters become spaces, NFKC case folding).
 
     Args:
         vocab_file: one token per line; `[UNK]` must be present and tokens unique.
-        lower_case: case-fold, NFD-normalise and strip accents first (BERT uncased).
+        lower_case: strip accents and lower-case first (BERT uncased).
 
     Call args:
         inputs: string [batch], valid UTF-8.
@@ -119,11 +127,14 @@ class FastWordpieceTokenizer(tf_keras.layers.Layer):
         super().__init__(**kwargs)
         import tensorflow_text as tf_text
 
+        from cmlm_tf import bert_normalizer
+
         with tf.io.gfile.GFile(vocab_file, "r") as f:
             self._vocab = [line.rstrip("\r\n") for line in f]
         self._tokenizer = tf_text.FastBertTokenizer(
             vocab=self._vocab, token_out_type=tf.int32, unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=lower_case)
+            max_bytes_per_word=MAX_BYTES_PER_WORD, lower_case_nfd_strip_accents=lower_case,
+            fast_bert_normalizer_model_buffer=bert_normalizer.bert_normalizer_model(lower_case))
         self._is_suffix = tf.constant([token.startswith("##") and len(token) > 2
                                        for token in self._vocab])
         self._special_tokens = {"vocab_size": len(self._vocab)}

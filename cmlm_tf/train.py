@@ -15,7 +15,6 @@ learned from the task's data (`prepare_vocabulary`).
 """
 
 import argparse
-import gc
 import os
 import sys
 import time
@@ -27,15 +26,15 @@ MODES = ("train", "eval", "train_and_eval")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cmlm_tf import configs, experiments
+    from cmlm_tf import cli, experiments, names
 
     listing = "\n".join(f"  {name:22s} {what}" for name, what in experiments.EXPERIMENTS.items())
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.train",
         description="Train or evaluate a cmlm_tf experiment (Model Garden driver).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"experiments:\n{listing}\n\npackaged recipes (--config_file NAME): "
-               f"{', '.join(configs.recipe_names())}\n\n"
+               f"{', '.join(names.recipe_names())}\n\n"
                "Rerunning the same command resumes from the last readable checkpoint.")
     parser.add_argument("--experiment", required=True, metavar="NAME",
                         help="registered experiment (listed below)")
@@ -182,8 +181,9 @@ class Heartbeat:
     `chunk(remaining)` says how many steps the next call of the training loop may run so
     that it takes about `chunk_seconds` (1 while the speed is unknown: the first call
     compiles); `after(step, loop_end)` logs a line when `interval` seconds have passed since
-    the last one, and at the end of every loop. Rates are over the steps since the last line;
-    the first call's compilation is reported on its own and left out of them.
+    the last one, at the end of every loop, and once `chunk_seconds` of steps after the
+    first are measured (the first ETA, early in a long run). Rates are over the steps since
+    the last line; the first call's compilation is reported on its own and left out of them.
     """
 
     def __init__(self, train_steps: int, global_batch_size: int,
@@ -200,6 +200,7 @@ class Heartbeat:
         self._step_seconds = None  # the latest chunk's time per step
         self._chunk_steps = 1
         self._chunk_start = None
+        self._estimated = False  # whether a line has given the rate and ETA yet
 
     def begin(self, step: int) -> None:
         """Called before a loop's first chunk."""
@@ -232,7 +233,12 @@ class Heartbeat:
                 self._window = (now, step)
                 self._last_line = now
         self._chunk_start = (now, step)
-        if loop_end or now - self._last_line >= self.interval:
+        # The first estimate comes once `chunk_seconds` of steps after the compiling one are
+        # measured, not an interval later: a long run gives its ETA as soon as it can.
+        window_time, window_step = self._window
+        first_estimate = not self._estimated and step > window_step and \
+            now - window_time >= self.chunk_seconds
+        if loop_end or first_estimate or now - self._last_line >= self.interval:
             self._progress(now, step)
 
     def _progress(self, now: float, step: int) -> None:
@@ -246,6 +252,7 @@ class Heartbeat:
             text += f", {rate:.3g} steps/s, {rate * self.global_batch_size:.3g} " \
                     f"examples/s, ETA {eta}"
             self._window = (now, step)
+            self._estimated = True
         self._last_line = now
         self._emit(text)
 
@@ -270,6 +277,20 @@ def _heartbeat_seconds() -> float:
         raise ValueError(f"CMLM_TF_HEARTBEAT_SECONDS must be a positive number of seconds, "
                          f"got {text!r}")
     return seconds
+
+
+class EmptyEvaluationError(ValueError):
+    """An evaluation found no complete batch in `task.validation_data`."""
+
+    def __init__(self, data_config, field: str = "task.validation_data"):
+        batch_size = data_config.global_batch_size
+        path = getattr(data_config, "input_path", "") or "(no input_path)"
+        remainder = "the last, partial batch is dropped (drop_remainder: true)" \
+            if data_config.drop_remainder else "no example was read"
+        super().__init__(
+            f"{field}.input_path {path}: no batch of {field}.global_batch_size="
+            f"{batch_size} examples to evaluate ({remainder}); metrics over zero examples "
+            f"are not reported: use a smaller {field}.global_batch_size or a larger file")
 
 
 def _trainer_class():
@@ -327,6 +348,13 @@ def _trainer_class():
             self._loop_start = (time.perf_counter(), int(self.global_step.numpy()))
             super().train_loop_begin()
 
+        def eval_end(self, aggregated_logs=None):
+            # Every validation step updates the validation loss: a count of 0 means no
+            # batch was evaluated, and the metrics would be zeros over zero examples.
+            if int(self.validation_loss.count.numpy()) == 0:
+                raise EmptyEvaluationError(self.config.task.validation_data)
+            return super().eval_end(aggregated_logs)
+
         def train_loop_end(self):
             logs = super().train_loop_end()
             start_time, start_step = self._loop_start
@@ -344,7 +372,7 @@ def _runner_class():
     from absl import logging
     from official.core import train_lib
 
-    from cmlm_tf import cli, disk
+    from cmlm_tf import disk, run_dir
 
     class CheckpointManager(tf.train.CheckpointManager):
         """Restores with a one-line log; values a run does not use now (a finished run's
@@ -394,53 +422,89 @@ def _runner_class():
         def run(self):
             trainer_params = self.params.trainer
             with self.strategy.scope():
-                if self._mode == "train":
-                    self.controller.train(steps=trainer_params.train_steps)
-                elif self._mode == "train_and_eval":
-                    self.controller.train_and_evaluate(
-                        train_steps=trainer_params.train_steps,
-                        eval_steps=trainer_params.validation_steps,
-                        eval_interval=trainer_params.validation_interval)
-                elif self._mode == "eval":
+                if self._mode == "eval":
                     return self.trainer.model, self.controller.evaluate(
                         steps=trainer_params.validation_steps)
-                else:
+                if self._mode not in ("train", "train_and_eval"):
                     raise ValueError(f"--mode must be one of {MODES}, got {self._mode!r}")
+                try:
+                    if self._mode == "train":
+                        self.controller.train(steps=trainer_params.train_steps)
+                    else:
+                        self.controller.train_and_evaluate(
+                            train_steps=trainer_params.train_steps,
+                            eval_steps=trainer_params.validation_steps,
+                            eval_interval=trainer_params.validation_interval)
+                except KeyboardInterrupt:
+                    self._save_stopped("interrupted")
+                    raise
+                except EmptyEvaluationError:
+                    self._save_stopped("evaluation refused")
+                    raise
                 self._close_train_input()
             return self.trainer.model, {}
 
-        def _close_train_input(self):
-            """Releases the training input now, saying so (every 10 s while it lasts): tf.data
-            stops its background threads (file reading, parallel featurizing, prefetching,
-            autotuning) before it frees the iterator, which otherwise passed in silence
-            before the process exited. Dropping the only reference to the iterator is the
-            whole close (garbage collection takes under a second), and nothing makes it
-            return sooner. On 2 shared cores it took from 0.01 s to 54 s, at most a second
-            in runs of up to 100 steps, and the same pipeline read from Python (no training)
-            closed in 0.03 s after 400 batches."""
-            if getattr(self.trainer, "_train_iter", None) is None:
+        def _save_stopped(self, reason: str):
+            """Saves the step reached when training stops early (Ctrl-C, a refused
+            evaluation), and says where: the rerun of the same command resumes there
+            instead of at the last interval's checkpoint. Steps are whole (Python handles
+            the interrupt between two calls of the training loop), and the input resumes
+            after the batches of the steps saved."""
+            step = int(self.trainer.global_step.numpy())
+            manager = self.checkpoint_manager
+            latest = manager.latest_checkpoint if manager is not None else None
+            if manager is None or step == 0 or run_dir.checkpoint_step(latest) == step:
+                logging.info("%s at step %d: latest checkpoint %s in %s", reason, step,
+                             os.path.basename(latest or "none"), self.model_dir)
                 return
             started = time.perf_counter()
-            logging.info("closing the training input pipeline (tf.data finishes the "
-                         "batches in progress)")
-            slow = cli.Stages("training", after=SLOW_CHUNK_SECONDS, every=SLOW_CHUNK_SECONDS)
-            slow("closing the training input pipeline")
-            try:
-                self.trainer._train_iter = None
-                gc.collect()
-            finally:
-                slow.done()
-            seconds = time.perf_counter() - started
-            if seconds > 5:
-                logging.info("closed the training input pipeline in %.0f s: tf.data "
-                             "stops its background threads (reading, featurizing, "
-                             "prefetching, autotuning) before it frees the input, and this "
-                             "cannot be cut short; the checkpoint was already saved",
-                             seconds)
-            else:
-                logging.info("closed the training input pipeline in %.0f s", seconds)
+            path = manager.save(checkpoint_number=step, check_interval=False)
+            logging.info("%s at step %d: saved checkpoint %s in %s (%.1f s)", reason, step,
+                         os.path.basename(path), self.model_dir,
+                         time.perf_counter() - started)
+
+        def _close_train_input(self):
+            """Hands the training input to `release_in_background`: freeing the iterator
+            (dropping its only reference) is the whole close, and on 2 busy cores it took
+            from 0.03 s to 54 s (tf.data stops its reading, featurizing, prefetching and
+            autotuning threads first), after the last checkpoint was saved. Returns the
+            thread that frees it (None when there is no input to close)."""
+            if getattr(self.trainer, "_train_iter", None) is None:
+                return None
+            # The list holds the only reference: no frame here keeps the iterator alive.
+            box = [self.trainer._train_iter]
+            self.trainer._train_iter = None
+            return release_in_background(box, "the training input pipeline")
 
     return Runner
+
+
+def release_in_background(box: list, what: str):
+    """Empties `box` in a daemon thread, so that the destructors of what it holds (a
+    tf.data iterator stopping its threads) do not hold up the caller; returns the thread.
+
+    `box` must hold the only references (a local variable of the caller would keep its
+    value alive, and the caller would free it). Logs how long it took when over 5 s. Python
+    joins the thread before its own teardown (an atexit hook): a daemon thread still inside
+    TensorFlow when the interpreter finalises could crash the exit. `console_main` ends the
+    process without that teardown, so it waits for nothing.
+    """
+    import atexit
+    import threading
+
+    from absl import logging
+
+    def release():
+        started = time.perf_counter()
+        box.clear()
+        seconds = time.perf_counter() - started
+        if seconds > 5:
+            logging.info("released %s in %.0f s, in the background", what, seconds)
+
+    thread = threading.Thread(target=release, name=f"release {what}", daemon=True)
+    atexit.register(thread.join)
+    thread.start()
+    return thread
 
 
 def _chief() -> bool:
@@ -552,11 +616,14 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
         if runtime.mixed_precision_dtype:
             performance.set_mixed_precision_policy(runtime.mixed_precision_dtype)
         try:
-            # The training input continues where the restored checkpoint left it.
-            with strategy.scope(), pipeline.resuming_at(start_step if training else 0):
+            # The training input continues where the restored checkpoint left it; a finished
+            # run (no step left to train) reads none of it, so it skips nothing.
+            resume_step = start_step if training and \
+                start_step < params.trainer.train_steps else 0
+            with strategy.scope(), pipeline.resuming_at(resume_step):
                 task = task_factory.get_task(params.task, logging_dir=model_dir)
                 if runtime.enable_xla:
-                    steps.compile_steps(task)
+                    steps.compile_steps(task, runtime)
                 trainer = train_utils.create_trainer(
                     params, task, train=training, evaluate="eval" in mode,
                     checkpoint_exporter=None, trainer_cls=_trainer_class())
@@ -592,11 +659,20 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
     def body():
-        from cmlm_tf import experiments
+        from cmlm_tf import experiments, names
 
+        # Typos stop here, before TensorFlow is imported (under a second).
         if args.experiment not in experiments.EXPERIMENTS:
-            raise cli.UsageError(f"--experiment {args.experiment}: unknown experiment "
-                                 f"(registered: {', '.join(experiments.EXPERIMENTS)})")
+            # Compared without the shared `cmlm_tf/`, which would make every name look close.
+            short = {name.rpartition("/")[2]: name for name in experiments.EXPERIMENTS}
+            close = [short[name] for name in
+                     names.closest(args.experiment.rpartition("/")[2], list(short))]
+            raise cli.UsageError(
+                f"--experiment {args.experiment}: unknown experiment"
+                + (f"; did you mean {' or '.join(close)}?" if close else "")
+                + f" (registered: {', '.join(experiments.EXPERIMENTS)})")
+        for name in args.config_file:
+            names.check_recipe(name)
         from absl import flags, logging
 
         flags.FLAGS.mark_as_parsed()  # absl logging without absl.app: no flags of its own
@@ -609,5 +685,25 @@ def main(argv=None) -> int:
     return cli.run_main(body)
 
 
+def console_main() -> None:
+    """`python -m cmlm_tf.train` and `cmlm-tf-train`: `main`, then the process ends as soon
+    as its output is flushed, without Python's teardown. By then every file is written
+    and closed (checkpoints, params.yaml, summaries: Orbit flushes its writers), the run
+    lock is released, and what is left is freeing memory: the training input's tf.data
+    threads (`release_in_background`) and hundreds of thousands of Python objects, which
+    took from seconds to a minute on 2 busy cores, also after Ctrl-C."""
+    import logging
+
+    from absl import logging as absl_logging
+
+    code = main()
+    absl_logging.flush()
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -77,6 +77,25 @@ def test_loss_follows_the_formula_and_the_margin():
     assert (clone.margin, clone.scale, clone.bidirectional) == (0.1, 5.0, True)
 
 
+def test_accuracy_ranks_without_the_margin():
+    """Each positive beats its best negative by a cosine gap of about 0.1, less than the
+    margin 0.3: every pair is retrieved (accuracy 1 both ways), though the margined logits
+    would rank a negative first; the loss still carries the margin."""
+    angles = np.array([0.0, 0.45, 0.9, 1.35])  # neighbours 0.45 rad apart: cosine 0.90
+    x = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+    y = np.stack([np.cos(angles + 0.1), np.sin(angles + 0.1)], axis=1).astype(np.float32)
+    cos = _unit(x) @ _unit(y).T
+    gaps = np.diag(cos) - np.max(np.where(np.eye(4, dtype=bool), -2.0, cos), axis=1)
+    assert np.all((gaps > 0) & (gaps < 0.3))  # margin > gap
+    got = margin_softmax.additive_margin_softmax_loss(x, y, margin=0.3, scale=20.0)
+    for direction in ("source_to_target_correct", "target_to_source_correct"):
+        assert got[direction].numpy().tolist() == [1.0, 1.0, 1.0, 1.0], direction
+    np.testing.assert_allclose(float(got["loss"]), _reference_loss(x, y, 0.3, 20.0),
+                               rtol=1e-5)
+    assert float(got["loss"]) > float(margin_softmax.additive_margin_softmax_loss(
+        x, y, margin=0.0, scale=20.0)["loss"])
+
+
 def test_duplicate_texts_are_not_negatives():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(5, 8)).astype(np.float32)

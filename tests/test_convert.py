@@ -1,11 +1,13 @@
 """Weight import from Hugging Face BERT folders, warm starts and strict restores."""
 
+import gzip
 import json
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import tiny_encoder_config, write_tiny_vocab
+from conftest import TESTS_DIR, tiny_encoder_config, write_tiny_vocab
 
 from cmlm_tf import configs, convert_hf_bert
 from cmlm_tf.modeling import sentence_encoder
@@ -200,3 +202,160 @@ def test_bad_config_key_names_the_key(tmp_path):
         configs.load_experiment_config([str(bad)])
     with pytest.raises(ValueError, match="pooling"):
         sentence_encoder.build_sentence_encoder(configs.EncoderConfig(pooling="sum"))
+
+
+# sentence-transformers stand-ins (tests/data/make_st_standins.py): each family's exact layout,
+# random weights, golden ids and vectors from sentence-transformers on UDHR paragraphs.
+STANDINS = TESTS_DIR / "data" / "st_standins"
+STANDIN_LAYOUTS = {
+    # name: (pooling, projection_size, projection_activation, lower_case, layer_norm_epsilon)
+    "labse_layout": ("cls", 64, "tanh", False, 1e-12),
+    "st6_bert_mean": ("mean", 0, "linear", True, 1e-7),
+}
+
+
+@pytest.fixture(scope="module")
+def standin_golden():
+    with gzip.open(TESTS_DIR / "data" / "st_standins_golden.json.gz", "rt",
+                   encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module", params=sorted(STANDIN_LAYOUTS))
+def standin_export(request, tmp_path_factory):
+    """One export (with TFLite) per stand-in, shared by its checks."""
+    from cmlm_tf.export import export_lib
+
+    export_dir = tmp_path_factory.mktemp("standins") / request.param
+    export_lib.export(str(export_dir), hf_dir=str(STANDINS / request.param), tflite=True)
+    return request.param, export_dir
+
+
+def _cosines(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_standin_layout_is_read(standin_export, standin_golden):
+    name, export_dir = standin_export
+    meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
+    pooling, size, activation, lower_case, epsilon = STANDIN_LAYOUTS[name]
+    encoder = meta["encoder"]
+    assert (encoder["pooling"], encoder["projection_size"], encoder["projection_activation"],
+            meta["tokenizer"]["lower_case"], encoder["layer_norm_epsilon"]) == (
+        pooling, size, activation, lower_case, epsilon)
+    assert encoder["normalize"] and meta["seq_length"] == 128 and meta["vocab_size"] == 3000
+    # Every LayerNorm, in the Keras encoder and in the inference forward, has the folder's
+    # epsilon.
+    import tf_keras
+
+    from cmlm_tf.modeling import inference_forward
+
+    keras_encoder = sentence_encoder.build_sentence_encoder(configs.EncoderConfig(**encoder))
+    norms = [layer for layer in keras_encoder.bert.submodules
+             if isinstance(layer, tf_keras.layers.LayerNormalization)]
+    forward = inference_forward.InferenceForward(keras_encoder, precisions=("float32",))
+    assert len(norms) == 1 + 2 * 2
+    assert {layer.epsilon for layer in norms} | {forward.embedding_epsilon} | {
+        layer.epsilon for layer in forward.layers} == {epsilon}
+    assert not (STANDINS / name / "vocab.txt").exists()  # read from tokenizer.json
+    assert len({source.split(":")[0] for source in standin_golden["sources"]}) >= 50
+    assert len(standin_golden["scripts"]) >= 25
+
+
+def test_standin_every_export_form_equals_sentence_transformers(standin_export,
+                                                                standin_golden):
+    """Token ids identical to the stand-in's own tokenizer, and vectors at cosine >= 0.99999
+    to sentence-transformers' from encode(), serving/1's serving_default, the TF Hub
+    preprocessor + encoder and TFLite float32, on UDHR paragraphs in 68 languages."""
+    import tensorflow as tf
+    import tensorflow_hub as hub
+    import tensorflow_text  # noqa: F401
+
+    import cmlm_tf
+    from cmlm_tf.export import tflite
+
+    name, export_dir = standin_export
+    texts = standin_golden["texts"]
+    expected_ids = standin_golden["models"][name]["ids"]
+    expected = standin_golden["models"][name]["vectors"]
+    model = cmlm_tf.load(str(export_dir))
+    tokens = model._serving.tokenize(tf.constant(texts))
+    ids = [row[:length] for row, length in zip(tokens["input_word_ids"].numpy().tolist(),
+                                               tokens["input_mask"].numpy().sum(1))]
+    differing = [source for source, got, want in zip(standin_golden["sources"], ids,
+                                                     expected_ids) if got != want]
+    assert not differing, differing
+    preprocessor = hub.KerasLayer(str(export_dir / "preprocessor"))
+    encoder = hub.KerasLayer(str(export_dir / "encoder"))
+    hub_inputs = preprocessor(tf.constant(texts))
+    hub_ids = [row[:length] for row, length in zip(hub_inputs["input_word_ids"].numpy().tolist(),
+                                                   hub_inputs["input_mask"].numpy().sum(1))]
+    assert hub_ids == expected_ids
+    runner = tflite.load_interpreter(str(export_dir / "tflite" / "model_float32.tflite"))
+    paths = {
+        "encode": model.encode(texts),
+        "serving_default": model._serving.signatures["serving_default"](
+            sentences=tf.constant(texts))["embeddings"].numpy(),
+        "hub": encoder(hub_inputs)["default"].numpy(),
+        "tflite_float32": tflite.embed(runner, sentences=texts),
+    }
+    for path, vectors in paths.items():
+        cosines = _cosines(vectors, expected)
+        assert cosines.min() >= 0.99999, (path, standin_golden["sources"][cosines.argmin()],
+                                          cosines.min())
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"config.json": {"model_type": "t5"}}, r"config\.json: model_type 't5'"),
+    ({"config.json": {"model_type": "xlm-roberta"}}, r"config\.json: model_type 'xlm-roberta'"),
+    ({"modules.json": "unknown"}, r"modules\.json: module 1 has type 'sentence_transformers"
+                                  r"\.models\.WordWeights'"),
+    ({"1_Pooling/config.json": {"pooling_mode": "lasttoken"}},
+     r"1_Pooling/config\.json: pooling_mode 'lasttoken'"),
+    ({"2_Dense/config.json": {"activation_function": "torch.nn.modules.activation.GELU"}},
+     r"2_Dense/config\.json: activation_function 'torch\.nn\.modules\.activation\.GELU'"),
+])
+def test_unsupported_layout_is_one_line_naming_file_and_field(tmp_path, capsys, change,
+                                                              message):
+    import shutil
+
+    from cmlm_tf.export import cli as export_cli
+
+    hf_dir = tmp_path / "labse_layout"
+    shutil.copytree(STANDINS / "labse_layout", hf_dir)
+    for file_name, fields in change.items():
+        path = hf_dir / file_name
+        if fields == "unknown":
+            modules = json.loads(path.read_text())
+            modules.insert(1, {"idx": 1, "name": "1", "path": "1_WordWeights",
+                               "type": "sentence_transformers.models.WordWeights"})
+            path.write_text(json.dumps(modules))
+        else:
+            path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+    rc = export_cli.main(["--hf_dir", str(hf_dir), "--export_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert re.search(message, err[0]), err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_old_pooling_flags_and_vocab_txt_still_read(tmp_path):
+    # make_hf_dir writes sentence-transformers 2's flags and a vocab.txt; here both layouts
+    # of the pooling config name the same mode.
+    assert convert_hf_bert._pooling_mode({"pooling_mode_cls_token": True}, "p") == "cls"
+    assert convert_hf_bert._pooling_mode({"pooling_mode": "max"}, "p") == "max"
+    with pytest.raises(ValueError, match="pooling_mode_mean_sqrt_len_tokens"):
+        convert_hf_bert._pooling_mode({"pooling_mode_mean_sqrt_len_tokens": True}, "p")
+
+
+def test_plain_hugging_face_folder_is_cls_pooled_and_not_normalised(tmp_path):
+    import shutil
+
+    hf_dir, _ = make_hf_dir(tmp_path / "hf")
+    (hf_dir / "modules.json").unlink()
+    shutil.rmtree(hf_dir / "1_Pooling")
+    params = configs.load_experiment_config([convert_hf_bert.convert(str(hf_dir),
+                                                                     str(tmp_path / "out"))])
+    encoder = params.task.model.encoder
+    assert (encoder.pooling, encoder.normalize, encoder.projection_size) == ("cls", False, 0)

@@ -119,3 +119,56 @@ def test_untrusted_models_are_called_code(page):
     """The docs warn that SavedModels and checkpoints are programs, where users look."""
     text = " ".join((REPO_DIR / "docs" / page).read_text(encoding="utf-8").split())
     assert "is a program" in text and "sources you trust" in text
+
+
+# The public data sets the pages name, and the one place they are read from.
+DATA_SETS = ("stsb", "udhr", "bible", "install_guide", "english_prose", "tatoeba", "bucc2018",
+             "probe")
+DATA_ROOT = "../shared/data"
+_DATA_PATH = re.compile(r"(?P<root>[\w.~$/{}-]*?)\b(?P<set>" + "|".join(DATA_SETS) + r")/")
+_DATA_FLAG = re.compile(r"--(?:shared_data|data_dir|bible_dir)[ =](?P<value>\S+)")
+
+
+def _recipe_headers():
+    """The comment lines at the top of each recipe in configs/ (its how-to-run header)."""
+    for path in sorted((REPO_DIR / "configs").glob("*.yaml")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = []
+        for line in lines:
+            if not line.startswith("#"):
+                break
+            header.append(line)
+        yield path, header
+
+
+def _data_path_errors(name, lines):
+    errors = []
+    for number, line in enumerate(lines, 1):
+        for match in _DATA_PATH.finditer(line):
+            root = match.group("root")
+            if root.rstrip("/").endswith("data") and root.rstrip("/") != DATA_ROOT:
+                errors.append(f"{name}:{number}: {root}{match.group('set')}/ (use "
+                              f"{DATA_ROOT}/{match.group('set')}/)")
+        for match in _DATA_FLAG.finditer(line):
+            value = match.group("value").strip("`'\"")
+            if not value.startswith(DATA_ROOT):
+                errors.append(f"{name}:{number}: {match.group(0)} (use {DATA_ROOT})")
+    return errors
+
+
+def test_one_data_path_convention():
+    """README, docs and recipe headers name public data sets under ../shared/data/ only (not
+    `data/stsb/...` in one page and `../shared/data/stsb/...` in the next)."""
+    errors = []
+    for page in DOCS:
+        errors += _data_path_errors(page.relative_to(REPO_DIR),
+                                    page.read_text(encoding="utf-8").splitlines())
+    for path, header in _recipe_headers():
+        errors += _data_path_errors(path.relative_to(REPO_DIR), header)
+    assert not errors, "\n".join(errors)
+    # The check itself catches the forms the pages used to mix.
+    assert len(_data_path_errors("example", [
+        "--data data/stsb/sts-dev.csv", "--shared_data data --output x",
+        "`data/udhr/<code>.txt`", "--bible_dir data/bible"])) == 4
+    assert not _data_path_errors("example", ["--data ../shared/data/stsb/sts-dev.csv",
+                                             "cmlm_tf/data/corpus/bible_en_es.tsv"])

@@ -77,6 +77,25 @@ def test_sts_report_equals_library(capsys, tmp_path, tiny_export, loaded):
     assert report["metrics"]["num_pairs"] == 30 and report["pcr"] == {"mode": "none"}
 
 
+def test_sts_and_mine_say_each_encoding_once(capsys, tmp_path, tiny_export, model):
+    """Two sides of the same size are two lines that say so, not one line twice."""
+    first, second = _sentences(12, 21), _sentences(12, 22)
+    lines = [f"main-news\tfile\t2012\t{i:04d}\t{i % 5}.000\t{a}\t{b}"
+             for i, (a, b) in enumerate(zip(first, second))]
+    code, _, err = _run(capsys, ["sts", "--model", str(tiny_export), "--data",
+                                 _write(tmp_path / "sts.csv", lines)])
+    assert code == 0, err
+    assert err.splitlines() == ["encoding 12 sentences",
+                                "encoding 12 more sentences, 24 in all"], err
+    code = mine.main(["--model", str(tiny_export), "--src", _write(tmp_path / "s.txt", first),
+                      "--tgt", _write(tmp_path / "t.txt", second),
+                      "--output", str(tmp_path / "pairs.tsv")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    encoding = [line for line in err.splitlines() if "encoding" in line]
+    assert encoding == ["encoding 12 sentences", "encoding 12 more sentences, 24 in all"], err
+
+
 def test_retrieval_with_pcr_fit_save_and_reuse(capsys, tmp_path, tiny_export, model):
     src, tgt = _sentences(40, 3), _sentences(40, 4)
     src_file, tgt_file = _write(tmp_path / "src.txt", src), _write(tmp_path / "tgt.txt", tgt)

@@ -274,7 +274,7 @@ def test_checkpoint_sha256_of_no_files_raises(tmp_path):
         export_lib.checkpoint_sha256(str(tmp_path / "ckpt-50"))
 
 
-def test_export_against_a_live_trainer(tmp_path, tiny_run_dir):
+def test_export_against_a_live_trainer(tmp_path, tiny_run_dir, monkeypatch):
     """A trainer that writes a checkpoint every 100 ms and keeps only the newest: the export
     records a checkpoint and the hash of that checkpoint's files."""
     run = _copy_run(tiny_run_dir, tmp_path / "run")
@@ -290,6 +290,18 @@ def test_export_against_a_live_trainer(tmp_path, tiny_run_dir):
             previous, step = prefix, step + 1
             time.sleep(0.1)
 
+    real_sha256 = export_lib.checkpoint_sha256
+
+    def sha256_after_two_more_checkpoints(prefix):
+        # The export hashes its snapshot only once the trainer has written and pruned two
+        # more checkpoints: the export overlaps them however fast the machine is.
+        if threading.current_thread() is threading.main_thread():
+            target = len(hashes) + 2
+            while len(hashes) < target and trainer.is_alive():
+                time.sleep(0.01)
+        return real_sha256(prefix)
+
+    monkeypatch.setattr(export_lib, "checkpoint_sha256", sha256_after_two_more_checkpoints)
     trainer = threading.Thread(target=train)
     trainer.start()
     try:

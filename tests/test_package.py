@@ -65,3 +65,33 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
     for recorded in ("README.md", "cmlm_tf_export.json"):  # no local paths
         text = (work / "exported" / recorded).read_text()
         assert str(work) not in text and str(tmp_path) not in text, recorded
+
+
+_IMPORT_THEN_TENSORFLOW = (
+    "import os, cmlm_tf, tensorflow as tf; "
+    "print(int(tf.reduce_sum(tf.constant([1, 2], tf.int64)))); "
+    "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL', 'unset'))")
+
+
+def _import_in_fresh_process(**env):
+    base = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return _run([sys.executable, "-c", _IMPORT_THEN_TENSORFLOW], REPO_DIR,
+                dict(base, PYTHONPATH=str(REPO_DIR), **env))
+
+
+def test_import_quiets_tensorflow_start_up_lines():
+    """`import cmlm_tf` before TensorFlow, log level unset: TensorFlow starts and runs an
+    int64 op without its C++ lines (cuInit, oneDNN, CPU features) on stderr."""
+    result = _import_in_fresh_process()
+    noise = [line for line in result.stderr.splitlines()
+             if "cuInit" in line or line.startswith(("E0000", "I0000", "W0000"))
+             or "tensorflow/core/" in line or "xla/" in line]
+    assert not noise, result.stderr[-2000:]
+    assert result.stdout.split() in (["3", "3"], ["3", "2"])
+
+
+def test_import_leaves_a_log_level_the_user_set():
+    result = _import_in_fresh_process(TF_CPP_MIN_LOG_LEVEL="0")
+    assert result.stdout.split() == ["3", "0"]
+    # Level 0 shows TensorFlow's INFO lines, each naming its C++ source file.
+    assert "tensorflow/" in result.stderr or "xla/" in result.stderr, result.stderr[-2000:]

@@ -66,34 +66,105 @@ def test_heartbeat_prints_at_every_loop_end_even_when_fast():
         == ["10", "20", "30"]
 
 
-def test_stage_lines_only_for_long_stages(capsys):
+class ManualTimers:
+    """`Stages`' timers on a fake clock: `advance(seconds)` moves the clock and fires, in
+    order, every timer that falls due meanwhile (no thread, no sleep)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.pending = []  # [due, callback, cancelled]
+
+    def __call__(self, delay, callback):
+        timer = self.Timer([self.clock.now + delay, callback, False])
+        self.pending.append(timer.entry)
+        return timer
+
+    class Timer:
+        def __init__(self, entry):
+            self.entry = entry
+
+        def cancel(self):
+            self.entry[2] = True
+
+    def advance(self, seconds):
+        end = self.clock.now + seconds
+        while True:
+            due = [entry for entry in self.pending if not entry[2] and entry[0] <= end]
+            if not due:
+                break
+            entry = min(due, key=lambda item: item[0])
+            entry[2] = True
+            self.clock.now = entry[0]
+            entry[1]()
+        self.clock.now = end
+
+
+def _stages(command, **kwargs):
     from cmlm_tf import cli
 
-    stage = cli.Stages("export", after=0.5, every=1.0)
-    stage("reading the checkpoint")  # quick: no line
-    stage("converting to TFLite")  # lines at 0.5 s and 1.5 s
-    time.sleep(1.9)
+    clock = FakeClock()
+    timers = ManualTimers(clock)
+    return cli.Stages(command, clock=clock, start_timer=timers, **kwargs), timers
+
+
+def test_stage_lines_only_for_long_stages(capsys):
+    stage, timers = _stages("export", after=10.0, every=20.0)
+    stage("reading the checkpoint")
+    timers.advance(3.0)  # quick: no line
+    stage("converting to TFLite")  # silent 10 s at its 7th second, then every 20 s
+    timers.advance(36.0)
     stage.done()
-    time.sleep(1.0)
+    stage("writing README.md")
+    timers.advance(9.0)  # quick again, the silence counted from done()
+    stage.done()
+    timers.advance(100.0)  # nothing after the end
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2, lines
-    assert all(re.fullmatch(r"export: converting to TFLite \(\d+ s so far\)", line)
-               for line in lines), lines
+    assert lines == ["export: converting to TFLite (7 s so far)",
+                     "export: converting to TFLite (27 s so far)"], lines
 
 
 def test_quick_stages_in_a_row_do_not_add_up_to_a_long_silence(capsys):
-    from cmlm_tf import cli
-
-    stage = cli.Stages("export", after=1.0, every=5.0)
-    for what in ("reading the checkpoint", "restoring the encoder", "saving encoder/",
-                 "saving serving/1"):
+    """Four 4 s stages: no stage lasts 10 s, together they do. One line, naming the stage
+    that is running when it prints, with that stage's own time (never `0 s so far`)."""
+    stage, timers = _stages("export", after=10.0, every=20.0)
+    for what in ("reading the checkpoint", "restoring the encoder",
+                 "saving encoder/ and preprocessor/", "saving serving/1"):
         stage(what)
-        time.sleep(0.4)  # no stage lasts 1 s, together they do (one line, at 1 s)
+        timers.advance(4.0)
     stage.done()
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1, lines
-    assert re.fullmatch(r"export: (restoring the encoder|saving encoder/|saving serving/1) "
-                        r"\(\d+ s so far\)", lines[0]), lines
+    assert lines == ["export: saving encoder/ and preprocessor/ (2 s so far)"], lines
+    # Silence past 10 s when a stage starts: its line waits until it has run 1 s.
+    stage, timers = _stages("export", after=10.0, every=20.0)
+    stage("reading the checkpoint")
+    timers.advance(9.9)
+    stage("restoring the encoder")
+    timers.advance(0.5)
+    stage("saving encoder/ and preprocessor/")  # starts 10.4 s into the silence
+    timers.advance(0.9)
+    assert capsys.readouterr().err == ""
+    timers.advance(0.2)
+    stage.done()
+    assert capsys.readouterr().err.splitlines() == [
+        "export: saving encoder/ and preprocessor/ (1 s so far)"]
+
+
+def test_stage_lines_from_the_real_timer(capsys):
+    """The default timer thread prints while the stage runs (no fixed wait: the test polls
+    until the line comes, however slow the machine)."""
+    from cmlm_tf import cli
+
+    stage = cli.Stages("export", after=0.01, every=3600.0)
+    stage("converting to TFLite")
+    try:
+        deadline = time.monotonic() + 60
+        err = ""
+        while "converting to TFLite" not in err and time.monotonic() < deadline:
+            time.sleep(0.01)
+            err += capsys.readouterr().err
+    finally:
+        stage.done()
+    assert re.fullmatch(r"export: converting to TFLite \(\d+ s so far\)\n", err), err
 
 
 def test_driver_heartbeat_inside_one_long_loop(tmp_path):
@@ -118,3 +189,26 @@ def test_driver_heartbeat_inside_one_long_loop(tmp_path):
     assert steps and steps[-1] == 120 and all(m.group(2) == "120" for _, m in matches if m)
     assert any(step < 120 for step in steps), "no heartbeat inside the loop"
     assert steps == sorted(steps)
+
+
+def test_a_long_run_gives_its_eta_a_chunk_after_the_compiling_step():
+    """2,000 steps at 4 s a step after a 33 s first step (docs/bitext.md's MiniLM fine-tune
+    on 2 cores): the rate and the ETA come as soon as one chunk's 3 s are measured, not a
+    15 s heartbeat interval later."""
+    from cmlm_tf.train import Heartbeat
+
+    clock, lines = FakeClock(), []
+    heartbeat = Heartbeat(2000, 32, clock=clock,
+                          log=lambda text: lines.append((clock.now, text)))
+    heartbeat.begin(0)
+    step = 0
+    while not any(PROGRESS.match(text) for _, text in lines) and step < 2000:
+        steps = heartbeat.chunk(2000 - step)
+        clock.now += 33.0 if step == 0 else 4.0 * steps
+        step += steps
+        heartbeat.after(step)
+    when, text = lines[-1]
+    assert when == 37.0, lines  # the first chunk after the compiling step: one step, 4 s
+    progress = PROGRESS.match(text)
+    assert progress.group(1) == "2" and float(progress.group(3)) == 0.25, text
+    assert progress.group(5) == "2h13m", text  # 1,998 steps at 0.25 steps/s

@@ -114,3 +114,19 @@ def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     mlm_tlm.mlm_tlm_dataset(task.train_data, task.bitext_data, task.model.tokenizer)
     assert [path.rsplit("/", 1)[-1] for path in read] == ["bible_en_es_heldout.tsv",
                                                            "bible_en_es.tsv"]
+
+
+def test_numbers_without_a_dot_in_overrides_are_numbers():
+    """YAML 1.1 reads `1e-7` (no dot) as a string: float fields still get the number, and a
+    word in a float field is still a one-line error naming the field."""
+    from cmlm_tf import train
+
+    params = train.build_params(
+        "cmlm_tf/bitext", params_override="task.model.encoder.layer_norm_epsilon=1e-7,"
+        "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=5e-5")
+    assert params.task.model.encoder.layer_norm_epsilon == 1e-7
+    assert params.trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate \
+        == 5e-5
+    with pytest.raises(ValueError, match="layer_norm_epsilon must be a number"):
+        train.build_params("cmlm_tf/bitext",
+                           params_override="task.model.encoder.layer_norm_epsilon=tiny")

@@ -155,6 +155,91 @@ def test_readme_main_job_twice_resumes_with_its_relative_paths(tmp_path):
     assert '"ckpt-20"' in metadata, metadata
 
 
+def test_ctrl_c_saves_the_step_reached_and_the_rerun_resumes_there(tmp_path):
+    """SIGINT in a run whose checkpoint interval is longer than the run: one line names the
+    checkpoint saved at the step reached, and exit 130. The rerun resumes from that step and
+    its input skips the batches trained; rerunning the finished run skips none."""
+    import queue
+    import re
+    import threading
+
+    model_dir = tmp_path / "run"
+
+    def command(steps):
+        return TRAIN + [f"--model_dir={model_dir}",
+                        f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps},"
+                        f"trainer.steps_per_loop={steps},trainer.checkpoint_interval={steps},"
+                        f"trainer.summary_interval={steps}"]
+
+    # A heartbeat interval shorter than any step: a progress line after every step.
+    env = dict(cli_env(), CMLM_TF_HEARTBEAT_SECONDS="0.000001")
+    process = subprocess.Popen(command(100000), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_DIR)
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stderr])
+    reader.start()
+    seen = []
+    try:
+        while True:
+            line = lines.get(timeout=300)
+            seen.append(line)
+            if re.search(r"progress: step ([3-9]|\d\d+)/", line):
+                break  # past the compiling first step
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=300) == 130, "".join(seen[-20:])
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join()
+    while not lines.empty():
+        seen.append(lines.get())
+    stderr = "".join(seen)
+    saved = re.search(r"interrupted at step (\d+): saved checkpoint ckpt-(\d+) in (\S+) ",
+                      stderr)
+    assert saved, stderr[-3000:]
+    step = int(saved.group(1))
+    assert 0 < step < 100000 and saved.group(2) == str(step), saved.group(0)
+    assert saved.group(3) == str(model_dir) and _checkpoints(model_dir) == [step]
+    assert stderr.rstrip().endswith("interrupted"), stderr[-500:]
+
+    rerun = _run(command(step + 5))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"restored step {step} from ckpt-{step}" in rerun.stderr
+    assert f"resuming the input after {step} batches" in rerun.stderr
+    assert f"finished: step {step + 5}" in rerun.stderr
+    idle = _run(command(step + 5))
+    assert idle.returncode == 0, idle.stderr[-3000:]
+    assert f"restored step {step + 5} from ckpt-{step + 5}" in idle.stderr
+    assert "resuming the input" not in idle.stderr, idle.stderr[-3000:]
+
+
+def test_the_end_of_training_does_not_wait_for_the_input_to_close():
+    """The runner's close of the training input returns while the iterator's destructor
+    (tf.data stopping its threads: up to a minute on busy cores) still runs, and the
+    destructor then completes. Nothing is timed: the destructor waits for the test."""
+    import threading
+    import types
+
+    from cmlm_tf import train
+
+    started, proceed, finished = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowIterator:
+        def __del__(self):
+            started.set()
+            proceed.wait(timeout=10)  # only if the close waits for it (the old driver)
+            finished.set()
+
+    runner = types.SimpleNamespace(trainer=types.SimpleNamespace(_train_iter=SlowIterator()))
+    release = train._runner_class()._close_train_input(runner)
+    assert runner.trainer._train_iter is None
+    assert started.wait(timeout=60)
+    assert not finished.is_set(), "the driver waited for the input to close"
+    proceed.set()
+    release.join(timeout=60)
+    assert finished.is_set()
+
+
 def test_second_trainer_on_a_model_dir_refuses(tmp_path):
     model_dir = tmp_path / "run"
     first = subprocess.Popen(_command(model_dir, 400, interval=20), stdout=subprocess.PIPE,

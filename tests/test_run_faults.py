@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, fill_disk
+from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, fill_disk, write_bundled_pairs
 
 from cmlm_tf import disk, run_dir, train
 
@@ -74,6 +74,21 @@ def test_the_driver_refuses_in_one_line_before_touching_the_run(tmp_path, overri
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert line.startswith(f"error: {field} must be at least"), line
     assert not (tmp_path / "run").exists()
+
+
+def test_an_evaluation_of_fewer_examples_than_one_batch_is_refused(tmp_path):
+    """bitext_tiny's `--mode=eval` on 5 pairs, batch 32 with drop_remainder: no batch to
+    evaluate, so one line naming the file and the batch size, exit 2, and no metrics."""
+    pairs = write_bundled_pairs(tmp_path / "five.tsv", 5)
+    result = subprocess.run(
+        [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/bitext",
+         "--config_file=bitext_tiny", "--mode=eval", f"--model_dir={tmp_path / 'run'}",
+         f"--params_override=task.validation_data.input_path={pairs}"],
+        capture_output=True, text=True, env=cli_env(), cwd=REPO_DIR, timeout=600)
+    line = _error_line(result)
+    assert line.startswith(f"error: task.validation_data.input_path {pairs}: no batch of "
+                           "task.validation_data.global_batch_size=32 examples"), line
+    assert "ranking_loss" not in result.stderr, result.stderr[-3000:]
 
 
 # A full disk, injected at the write.

@@ -26,6 +26,8 @@ from conftest import (  # noqa: E402
     write_corpus,
 )
 
+from cmlm_tf.training import lean_layers, steps  # noqa: E402
+
 CORPUS = REPO_DIR / "cmlm_tf" / "data" / "corpus"
 
 # One layer of 16, short sequences, batches of 8: the graph a TPU would compile, in small.
@@ -187,6 +189,12 @@ def test_train_and_validation_steps_compile_with_xla(case, policy, case_batches)
     assert sum(moved) > len(moved) // 2, f"{sum(moved)} of {len(moved)} weights moved"
     for metric in train_metrics:
         assert np.all(np.isfinite(metric.result())), metric.name
+    # No serial loop on an accelerator: no `sort` (the `tf.unique` of a sparse embedding
+    # gradient lowers to sorts and a loop over every token id), and no `while` but the
+    # cached step's two passes over its chunks (unrolled where there are few).
+    census = steps.op_census(train_step.experimental_get_compiler_ir(train_batch)(stage="hlo"))
+    passes = 2 if "cached" in case else 0
+    assert census["sort"] == 0 and census["while"] <= passes, census
 
     eval_step = tf.function(lambda x: task.validation_step(x, model, eval_metrics),
                             jit_compile=True)
@@ -314,3 +322,71 @@ def test_driver_runs_with_xla(driver_runs):
         assert np.isfinite(train_logs["training_loss"]) and train_logs["training_loss"] > 0
         assert np.isfinite(eval_logs["validation_loss"]) and eval_logs["validation_loss"] > 0
         assert tf.train.latest_checkpoint(str(folder / name)).endswith("ckpt-10"), name
+
+
+def test_lean_step_gives_the_plain_update(case_batches):
+    """The step as an accelerator runs it now (the embedding's gradient dense, so no
+    `tf.unique` and no serial loop; attention cores and GELU recomputed in the backward pass)
+    gives, compiled, the loss and the AdamW update (weight decay on, dropout off) of the step
+    as it was (the sparse gradient Keras deduplicated, every intermediate kept), within
+    1e-5."""
+    task, train_batch, _ = case_batches("bitext")
+
+    def one_step(now: bool):
+        tf_keras.utils.set_random_seed(1)
+        model = task.build_model()
+        for layer in model.submodules:
+            if isinstance(layer, tf_keras.layers.Dropout):
+                layer.rate = 0.0
+            if isinstance(layer, tf_keras.layers.MultiHeadAttention):
+                layer._dropout = 0.0
+        optimizer = tf_keras.optimizers.AdamW(learning_rate=1e-2, weight_decay=0.01)
+        optimizer.build(model.trainable_variables)
+        dense_gradient, make_lean = steps.dense_gradient, lean_layers.make_lean
+        if not now:
+            steps.dense_gradient = lambda grad: grad
+            lean_layers.make_lean = lambda model: 0
+        try:
+            step = tf.function(lambda x: task.train_step(x, model, optimizer, None),
+                               jit_compile=True)
+            loss = float(step(train_batch)[task.loss])
+            sorts = steps.op_census(step.experimental_get_compiler_ir(train_batch)(
+                stage="hlo"))["sort"]
+        finally:
+            steps.dense_gradient, lean_layers.make_lean = dense_gradient, make_lean
+        return loss, sorts, [v.numpy() for v in model.trainable_variables]
+
+    lean_loss, lean_sorts, lean_weights = one_step(now=True)
+    plain_loss, plain_sorts, plain_weights = one_step(now=False)
+    assert lean_sorts == 0 and plain_sorts > 0, (lean_sorts, plain_sorts)
+    np.testing.assert_allclose(lean_loss, plain_loss, rtol=1e-5)
+    for lean, plain in zip(lean_weights, plain_weights):
+        np.testing.assert_allclose(lean, plain, rtol=1e-5, atol=1e-7)
+
+
+def test_train_step_is_compiled_once_on_gpus():
+    """With `runtime.enable_xla` and GPUs, Model Garden's trainer wraps the train step in
+    `jit_compile` itself: the driver then compiles only the validation step, so the train
+    step is not wrapped twice. Without GPUs the driver compiles both."""
+    import inspect
+
+    from official.core import base_trainer, config_definitions
+
+    source = inspect.getsource(base_trainer.Trainer.train_step)
+    assert "enable_xla" in source and "num_gpus > 0" in source and "jit_compile=True" in source
+
+    class Steps:
+        def train_step(self, inputs, model, optimizer, metrics=None):
+            return {}
+
+        def validation_step(self, inputs, model, metrics=None):
+            return {}
+
+    for num_gpus, train_compiled in ((1, False), (0, True)):
+        task = Steps()
+        runtime = config_definitions.RuntimeConfig(enable_xla=True, num_gpus=num_gpus)
+        steps.compile_steps(task, runtime)
+        assert steps.trainer_compiles_train_step(runtime) is not train_compiled
+        assert isinstance(task.train_step, tf.types.experimental.GenericFunction) \
+            is train_compiled, num_gpus
+        assert isinstance(task.validation_step, tf.types.experimental.GenericFunction)

@@ -17,7 +17,9 @@ from cmlm_tf.export import export_lib
 
 
 def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from cmlm_tf import cli
+
+    parser = cli.ArgumentParser(
         prog=prog,
         description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels, "
                     "a TF Serving model and, with --tflite, TFLite models.")
@@ -51,6 +53,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
     cli.quiet_tensorflow_logs()
 
     def body():
+        # Said at once (the export itself takes seconds to minutes, and ends with its path).
+        print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
         path = export_lib.export(args.export_dir, model_dir=args.model_dir,
                                  checkpoint=args.checkpoint, encoder_key=args.encoder_key,
                                  hf_dir=args.hf_dir, seq_length=args.seq_length,

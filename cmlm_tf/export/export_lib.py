@@ -353,7 +353,8 @@ def _model_card(meta: dict) -> str:
 - Source: {origin}
 - Architecture: BERT, {enc['num_layers']} layers, hidden size {enc['hidden_size']}, \
 {enc['num_attention_heads']} heads, activation `{enc['hidden_activation']}`
-- Pooling: `{enc['pooling']}`{f", projection to {enc['projection_size']}"
+- Pooling: `{enc['pooling']}`{f", projection to {enc['projection_size']} "
+                              f"(`{enc.get('projection_activation', 'linear')}`)"
                               if enc['projection_size'] else ""}
 - Embedding dimension: {meta['dim']}
 - Normalisation: encoder `default` output is \

@@ -103,7 +103,8 @@ def additive_margin_softmax_loss(
     Returns:
         dict: `loss` (scalar, mean over local rows of the summed directions),
         `source_to_target_loss`, `target_to_source_loss`, `source_to_target_correct` and
-        `target_to_source_correct` (float [batch]: whether the positive has the top logit),
+        `target_to_source_correct` (float [batch]: whether the positive has the highest
+        cosine, the margin left out: in-batch top-1 retrieval),
         `positive_cosine` [batch].
     """
     source = l2_normalize(source, tf.float32)
@@ -140,28 +141,38 @@ def additive_margin_softmax_loss(
             row_duplicates = tf.concat(
                 [duplicates, tf.zeros([local_batch, num_negatives], tf.bool)], axis=1)
 
-    row_logits = _masked_logits(tf.matmul(source, columns, transpose_b=True), row_positive,
-                                row_duplicates, margin, scale)
+    row_cosines = tf.matmul(source, columns, transpose_b=True)
+    row_logits = _masked_logits(row_cosines, row_positive, row_duplicates, margin, scale)
     forward = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, row_logits)
     outputs = {
         "source_to_target_loss": tf.reduce_mean(forward),
-        "source_to_target_correct": _is_top(row_logits, labels),
+        "source_to_target_correct": _is_top(row_cosines, row_positive, row_duplicates, labels),
         "positive_cosine": tf.reduce_sum(source * target, axis=-1),
     }
     loss = outputs["source_to_target_loss"]
     if bidirectional:
-        column_logits = _masked_logits(tf.matmul(target, all_source, transpose_b=True),
-                                       positive, duplicates, margin, scale)
+        column_cosines = tf.matmul(target, all_source, transpose_b=True)
+        column_logits = _masked_logits(column_cosines, positive, duplicates, margin, scale)
         backward = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, column_logits)
         outputs["target_to_source_loss"] = tf.reduce_mean(backward)
-        outputs["target_to_source_correct"] = _is_top(column_logits, labels)
+        outputs["target_to_source_correct"] = _is_top(column_cosines, positive, duplicates,
+                                                      labels)
         loss += outputs["target_to_source_loss"]
     outputs["loss"] = loss
     return outputs
 
 
-def _is_top(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+def _is_top(cosines: tf.Tensor, positive: tf.Tensor, duplicates: Optional[tf.Tensor],
+            labels: tf.Tensor) -> tf.Tensor:
+    """1.0 where the positive has the highest cosine of its row, else 0.0: float [batch].
+
+    Ranked without the margin (and without the scale, which cannot change an argmax): the
+    margin is a training device that makes the positive win by a gap; a retrieval is right
+    when the translation is the nearest candidate, as `evaluate retrieval` counts it.
+    Duplicates of the positive stay out, as in the loss.
+    """
+    scores = _masked_logits(cosines, positive, duplicates, margin=0.0, scale=1.0)
+    best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     return tf.cast(tf.equal(best, labels), tf.float32)
 
 

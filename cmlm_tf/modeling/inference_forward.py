@@ -7,9 +7,10 @@ ops on weights laid out for it, and this module builds that forward from a live
 
 - the query, key and value kernels are concatenated into one [width, 3 * width] matmul, the
   query part pre-scaled by 1 / sqrt(head_dim);
-- everything else is the encoder's own computation: embeddings, LayerNorm, attention with
-  BERT's additive padding bias, the feed-forward layer with the encoder's activation
-  (`layers.get_activation`), the encoder's pooling (`layers.pool`) and projection;
+- everything else is the encoder's own computation: embeddings, LayerNorm (with the
+  encoder's epsilon), attention with BERT's additive padding bias, the feed-forward layer
+  with the encoder's activation (`layers.get_activation`), the encoder's pooling
+  (`layers.pool`) and projection with its activation;
 - with `precision="bfloat16"` the matmul inputs (bfloat16 copies of the kernels, made here
   once) and the feed-forward bias + activation are bfloat16; the residual stream, LayerNorm
   statistics, softmax and pooling stay float32.
@@ -133,6 +134,7 @@ class InferenceForward(tf.Module):
         if encoder.projection is not None:
             self.projection = (_constant_variable(encoder.projection.kernel),
                                _constant_variable(encoder.projection.bias))
+            self._projection_activation = encoder.projection.activation
         self._activation = layers.get_activation(config.hidden_activation)
 
     @property
@@ -182,7 +184,8 @@ class InferenceForward(tf.Module):
                                        layer.epsilon, compute)
         pooled = layers.pool(tf.reshape(x, [batch, seq, width]), mask, self.pooling)
         if self.projection is not None:
-            pooled = tf.matmul(pooled, self.projection[0]) + self.projection[1]
+            pooled = self._projection_activation(
+                tf.matmul(pooled, self.projection[0]) + self.projection[1])
         return pooled
 
     def in_length_buckets(self, input_word_ids, input_mask, input_type_ids,

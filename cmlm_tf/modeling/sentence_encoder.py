@@ -1,7 +1,8 @@
 """The one sentence encoder every cmlm_tf objective trains and every export ships.
 
-Model Garden's `BertEncoderV2` + pooling + optional linear projection + optional L2
-normalisation, taking and returning the TF Hub text-encoder dicts.
+Model Garden's `BertEncoderV2` + pooling + optional dense projection (linear, or with an
+activation as sentence-transformers' `Dense` module) + optional L2 normalisation, taking and
+returning the TF Hub text-encoder dicts.
 """
 
 import os
@@ -58,7 +59,9 @@ class SentenceEncoder(tf_keras.Model):
         self.pooler = layers.SequencePooling(config.pooling, name="pooling")
         self.projection = None
         if config.projection_size:
-            self.projection = tf_keras.layers.Dense(config.projection_size, name="projection")
+            self.projection = tf_keras.layers.Dense(
+                config.projection_size, activation=config.projection_activation,
+                name="projection")
         self.normalize = layers.L2Normalize(name="normalize") if config.normalize else None
 
     def get_config(self):
@@ -91,11 +94,15 @@ class SentenceEncoder(tf_keras.Model):
         }
 
     def build_variables(self) -> "SentenceEncoder":
-        """Creates all variables by running one tiny batch."""
+        """Creates all variables by running one tiny batch, then sets every LayerNorm's
+        epsilon to `layer_norm_epsilon` (`BertEncoderV2` builds them with 1e-12)."""
         ones = tf.ones([1, 2], tf.int32)
         inputs = {"input_word_ids": ones, "input_mask": ones,
                   "input_type_ids": tf.zeros_like(ones)}
         self(inputs, training=False)
+        for layer in self.bert.submodules:
+            if isinstance(layer, tf_keras.layers.LayerNormalization):
+                layer.epsilon = self.encoder_config.layer_norm_epsilon
         return self
 
 

@@ -48,6 +48,17 @@ class _ReplayableSource:
         return getattr(self._original, name)
 
 
+def seed_for(layer: tf_keras.layers.Dropout) -> tf.Tensor:
+    """The seed (int64 [2]) of a mask that `layer`'s rate applies elsewhere (an attention core
+    that draws its own mask, `cmlm_tf.training.lean_layers`): inside `dropout_seed`, the
+    block's seed folded with the layer's index, as the layer itself would draw it (a replay
+    gets the same one); otherwise a fresh one from the global random state."""
+    source = getattr(layer, "_random_generator", None)
+    if isinstance(source, _ReplayableSource) and _SEED[0] is not None:
+        return tf.random.experimental.stateless_fold_in(_SEED[0], source._index)
+    return tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+
+
 def make_replayable(model: tf_keras.layers.Layer) -> int:
     """Makes every Dropout layer of `model` replayable (idempotent); returns their count."""
     layers = [layer for layer in model.submodules

