@@ -60,16 +60,26 @@ def test_lean_attention_recomputes_the_plain_gradient_with_its_dropout(jit_compi
 
 
 def test_lean_activation_keeps_gelu_and_its_gradient():
+    """Compiled (where it recomputes) and plain (where it is GELU itself)."""
     from cmlm_tf.modeling import layers
 
     inputs = tf.constant(np.linspace(-4, 4, 33), tf.float32)
     lean = lean_layers.lean_activation(layers.gelu_exact)
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(inputs)
-        plain_out, lean_out = layers.gelu_exact(inputs), lean(inputs)
-    np.testing.assert_allclose(lean_out.numpy(), plain_out.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(tape.gradient(lean_out, inputs).numpy(),
-                               tape.gradient(plain_out, inputs).numpy(), rtol=1e-5, atol=1e-7)
+
+    def both():
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(inputs)
+            plain_out, lean_out = layers.gelu_exact(inputs), lean(inputs)
+        return (plain_out, lean_out, tape.gradient(plain_out, inputs),
+                tape.gradient(lean_out, inputs), lean_layers.compiled())
+
+    for jit_compile in (True, False):
+        plain_out, lean_out, plain_grad, lean_grad, compiled = \
+            tf.function(both, jit_compile=jit_compile)()
+        assert bool(compiled) is jit_compile
+        np.testing.assert_allclose(lean_out.numpy(), plain_out.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(lean_grad.numpy(), plain_grad.numpy(), rtol=1e-5,
+                                   atol=1e-7)
 
 
 def test_make_lean_is_training_only_and_idempotent(tiny_vocab):

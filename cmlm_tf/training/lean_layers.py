@@ -17,12 +17,15 @@ largest size in the model, [batch, heads, seq, seq] or [batch, seq, intermediate
 The values and gradients are those of the plain layers (the same ops, in the same dtypes).
 The attention dropout draws its mask from a seed (`seeded_dropout.seed_for`), so the second
 run drops the same units; a cached-gradient replay of the block draws the same seeds too.
-Under XLA the second run is tied to the incoming gradient with an optimisation barrier, so
-the compiler can neither merge it with the first run nor move it ahead.
+The second run is tied to the incoming gradient (an optimisation barrier, and zero times one
+of its elements added, `_after`), so the compiler can neither merge it with the first run
+nor move it ahead.
 
 `make_lean(model)` applies both to every `tf_keras.layers.MultiHeadAttention` and to the
 feed-forward activation of every Model Garden `TransformerEncoderBlock` in `model`
-(idempotent, in training calls only); evaluation, export and checkpoints are unchanged.
+(idempotent), in training calls compiled with XLA only (what a GPU or TPU runs,
+`runtime.enable_xla`). A plain CPU step, whose memory is the host's, keeps its speed.
+Evaluation, export and checkpoints are unchanged.
 """
 
 import math
@@ -33,6 +36,15 @@ import tf_keras
 from tensorflow.compiler.tf2xla.python import xla
 
 from cmlm_tf.training import seeded_dropout
+
+
+def compiled() -> bool:
+    """Whether the code being traced is compiled with XLA (`jit_compile`): the lean layers
+    act there only. A plain CPU step keeps its speed (recomputing costs it about 5 %), and
+    its memory is the host's."""
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _after(tensors, upstream):
@@ -56,8 +68,13 @@ def _barrier(*tensors):
 def lean_activation(activation: Callable[[tf.Tensor], tf.Tensor]):
     """`activation` whose gradient is recomputed from its input in the backward pass."""
 
-    @tf.custom_gradient
     def apply(inputs):
+        if not compiled():
+            return activation(inputs)
+        return recomputed(inputs)
+
+    @tf.custom_gradient
+    def recomputed(inputs):
         outputs = activation(inputs)
 
         def backward(upstream):
@@ -114,7 +131,7 @@ def lean_attention(layer: tf_keras.layers.MultiHeadAttention, query: tf.Tensor,
 
 def _lean_compute_attention(layer: tf_keras.layers.MultiHeadAttention, original):
     def compute_attention(query, key, value, attention_mask=None, training=None):
-        if not training:
+        if not training or not compiled():
             return original(query, key, value, attention_mask=attention_mask,
                             training=training)
         seed = None
