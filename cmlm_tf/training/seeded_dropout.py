@@ -36,11 +36,17 @@ class _ReplayableSource:
         self._original = original
         self._index = index
 
+    def replay_seed(self) -> Optional[tf.Tensor]:
+        """This layer's seed inside `dropout_seed`: the block's seed folded with the layer's
+        index; None outside."""
+        if _SEED[0] is None:
+            return None
+        return tf.random.experimental.stateless_fold_in(_SEED[0], self._index)
+
     def dropout(self, inputs, rate, noise_shape=None):
-        seed = _SEED[0]
-        if seed is None:
+        layer_seed = self.replay_seed()
+        if layer_seed is None:
             return self._original.dropout(inputs, rate, noise_shape=noise_shape)
-        layer_seed = tf.random.experimental.stateless_fold_in(seed, self._index)
         return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=layer_seed,
                                                     noise_shape=noise_shape)
 
@@ -54,9 +60,10 @@ def seed_for(layer: tf_keras.layers.Dropout) -> tf.Tensor:
     block's seed folded with the layer's index, as the layer itself would draw it (a replay
     gets the same one); otherwise a fresh one from the global random state."""
     source = getattr(layer, "_random_generator", None)
-    if isinstance(source, _ReplayableSource) and _SEED[0] is not None:
-        return tf.random.experimental.stateless_fold_in(_SEED[0], source._index)
-    return tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+    seed = source.replay_seed() if isinstance(source, _ReplayableSource) else None
+    if seed is None:
+        seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+    return seed
 
 
 def make_replayable(model: tf_keras.layers.Layer) -> int:
