@@ -18,7 +18,6 @@ from official.core import config_definitions as cfg
 from official.modeling import hyperparams, optimization
 
 from cmlm_tf import names
-from cmlm_tf.names import recipe_dir, recipe_names  # noqa: F401 (their old home)
 
 POOLING_MODES = ("mean", "cls", "max")
 PROJECTION_ACTIVATIONS = ("linear", "tanh", "relu", "sigmoid")

@@ -116,10 +116,8 @@ def _read_modules(hf_dir: str) -> list:
             path_in_folder = "" if kind == "Transformer" else f"{index}_{kind}"
         read.append((kind, os.path.join(hf_dir, path_in_folder)))
     kinds = [kind for kind, _ in read]
-    expected = ["Transformer", "Pooling", "Dense", "Normalize"]
-    if kinds not in ([k for k in expected if k != "Dense"],
-                     [k for k in expected if k != "Normalize"], expected,
-                     ["Transformer", "Pooling"]):
+    if kinds[:2] != ["Transformer", "Pooling"] or kinds[2:] not in (
+            [], ["Dense"], ["Normalize"], ["Dense", "Normalize"]):
         raise ValueError(f"{path}: modules {kinds} are not supported (Transformer, Pooling, "
                          "then optionally one Dense and Normalize)")
     return read
