@@ -15,6 +15,7 @@ learned from the task's data (`prepare_vocabulary`).
 """
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -293,6 +294,41 @@ class EmptyEvaluationError(ValueError):
             f"are not reported: use a smaller {field}.global_batch_size or a larger file")
 
 
+class _StopRequest:
+    """Whether Ctrl-C asked the training loop to stop (true once it did)."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __bool__(self):
+        return self.requested
+
+
+@contextlib.contextmanager
+def _ctrl_c_between_chunks():
+    """While the training loop runs, a first Ctrl-C (SIGINT) stops it after the current
+    chunk of steps (at most a few seconds), where the loop raises KeyboardInterrupt itself:
+    never inside a lock, a log line or a timer of the loop. A second Ctrl-C interrupts at
+    once. Outside the main thread (no signal handlers there), nothing changes."""
+    import signal
+    import threading
+
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def request(signum, frame):
+        stop.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, request)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _trainer_class():
     import tensorflow as tf
     from official.core import base_trainer
@@ -318,20 +354,24 @@ def _trainer_class():
             slow = cli.Stages("training", after=SLOW_CHUNK_SECONDS,
                               every=SLOW_CHUNK_SECONDS) if _chief() else None
             remaining = int(num_steps)
-            while remaining > 0:
-                steps = heartbeat.chunk(remaining)
-                if slow is not None:
-                    slow(f"steps {step + 1}-{step + steps} of {heartbeat.train_steps}"
-                         + ("; the first compiles the model" if not self._compiled else ""))
-                try:
-                    self._train_loop_fn(self._train_iter, tf.constant(steps, tf.int32))
-                finally:
+            with _ctrl_c_between_chunks() as stop:
+                while remaining > 0:
+                    steps = heartbeat.chunk(remaining)
                     if slow is not None:
-                        slow.done()
-                self._compiled = True
-                remaining -= steps
-                step = int(self.global_step.numpy())
-                heartbeat.after(step, loop_end=remaining == 0)
+                        slow(f"steps {step + 1}-{step + steps} of {heartbeat.train_steps}"
+                             + ("; the first compiles the model" if not self._compiled
+                                else ""))
+                    try:
+                        self._train_loop_fn(self._train_iter, tf.constant(steps, tf.int32))
+                    finally:
+                        if slow is not None:
+                            slow.done()
+                    self._compiled = True
+                    remaining -= steps
+                    step = int(self.global_step.numpy())
+                    heartbeat.after(step, loop_end=remaining == 0)
+                    if stop:
+                        raise KeyboardInterrupt
             return self.train_loop_end()
 
         def _heartbeat(self) -> Heartbeat:
