@@ -156,10 +156,11 @@ def _build_trie(values: Dict[bytes, int]) -> List[int]:
     """A darts-clone double array for `values`, with identical subtrees stored once.
 
     A node's children sit at `base ^ label` (its value, if any, at `base ^ 0`) within one
-    256-unit region; a unit holds its label, whether it has a value and the XOR offset from
-    its own position to its children's `base`. Lookups never check which parent led to a
-    unit, so two nodes with identical subtrees can share one block of children: the
-    131-thousand-key tables become a few thousand units.
+    256-unit region, which the array holds whole; a unit holds its label, whether it has a
+    value and the XOR offset from its own position to its children's `base`. Lookups never
+    check which parent led to a unit, so two nodes with identical subtrees can share one
+    block of children: the tables of 138 and 154 thousand keys (cased, uncased) become 1,024
+    and 31,488 units.
     """
     # The trie as nested dicts; a value sits under the label None.
     root: dict = {}
@@ -242,6 +243,11 @@ def _build_trie(values: Dict[bytes, int]) -> List[int]:
     units[0] = _unit(0, 0, nodes[root_id], place(root_id))
     while len(units) > 1 and not used[len(units) - 1]:
         units.pop()
+    # The op reads `base ^ byte` for any byte of the text without a bounds check, so every
+    # base's 256-unit region must lie inside the array: whole regions, as darts-clone's own
+    # builder leaves them. (Trimmed to the last used unit, a lookup of a byte sequence that
+    # is not in the table read past the array's end: wrong pieces, or a crash.)
+    units.extend([0] * (-len(units) % 256))
     return units
 
 

@@ -84,6 +84,39 @@ def test_udhr_ids_equal_hugging_face_bert_tokenizer(name):
     assert not differing, f"{len(differing)} files differ from Hugging Face: {differing[:10]}"
 
 
+def _reachable_bases(units):
+    """Each base a lookup can reach from the root of a darts-clone array (the unit layout
+    TF-Text's `DartsCloneTrieWrapper` reads)."""
+    def children_base(position):
+        unit = units[position]
+        return position ^ ((unit >> 10) << ((unit & 0x200) >> 6))
+
+    bases, stack = set(), [children_base(0)]
+    while stack:
+        base = stack.pop()
+        if base in bases:
+            continue
+        bases.add(base)
+        for label in range(1, 256):
+            position = base ^ label
+            if position < len(units) and units[position] & 0x800000FF == label:
+                stack.append(children_base(position))
+    return bases
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_every_lookup_stays_inside_the_table(lower_case):
+    """The op reads `base ^ byte` for whatever byte comes next, without a bounds check: every
+    reachable base's 256 units must lie inside the array, or text with a byte sequence the
+    table lacks reads past its end (wrong ids, or a segmentation fault)."""
+    values, _, _ = bert_normalizer._encode_values(bert_normalizer._changed_characters(lower_case))
+    units = bert_normalizer._build_trie(values)
+    bases = _reachable_bases(units)
+    assert len(bases) > 30
+    outside = sorted(base for base in bases if base | 0xFF >= len(units))
+    assert not outside, f"{len(outside)} bases read past the {len(units)} units: {outside[:5]}"
+
+
 @pytest.mark.parametrize("lower_case", [True, False])
 def test_table_in_the_op_maps_each_character_as_the_rules_say(lower_case):
     """The darts-clone table `bert_normalizer_model` builds, run by TF-Text's op, gives each
