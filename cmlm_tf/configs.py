@@ -21,7 +21,7 @@ from cmlm_tf import names
 
 POOLING_MODES = ("mean", "cls", "max")
 PROJECTION_ACTIVATIONS = ("linear", "tanh", "relu", "sigmoid")
-TOKENIZER_TYPES = ("wordpiece", "sentencepiece")
+TOKENIZER_TYPES = ("wordpiece", "sentencepiece", "xlmr_sentencepiece")
 
 
 @dataclasses.dataclass
@@ -58,7 +58,9 @@ class EncoderConfig(hyperparams.Config):
 
 @dataclasses.dataclass
 class TokenizerConfig(hyperparams.Config):
-    """How text becomes token ids. SentencePiece models are read from `sp_model_file`."""
+    """How text becomes token ids. SentencePiece models are read from `sp_model_file`:
+    `sentencepiece` with special pieces by name (`train_sentencepiece`), `xlmr_sentencepiece`
+    with XLM-RoBERTa's ids (`tokenization.XlmrSentencepieceTokenizer`)."""
 
     type: str = "wordpiece"
     vocab_file: str = ""

@@ -1,18 +1,25 @@
-r"""Converts a Hugging Face BERT folder into a cmlm_tf encoder checkpoint.
+r"""Converts a Hugging Face BERT or XLM-RoBERTa folder into a cmlm_tf encoder checkpoint.
 
     python -m cmlm_tf.convert_hf_bert --hf_dir DIR --output_dir OUT
 
-Reads `config.json`, `model.safetensors`, the WordPiece vocabulary (`vocab.txt`, or
-`tokenizer.json` when a folder has only that) and, when present, the sentence-transformers
+Reads `config.json` (`model_type` bert or xlm-roberta), `model.safetensors`, the tokenizer
+and, when present, the sentence-transformers
 metadata: `modules.json` (Transformer, Pooling, optionally one `Dense` module with its
 activation, Normalize), the Pooling module's `config.json` (the `pooling_mode_*_tokens` flags
 of sentence-transformers 2-4, or the `pooling_mode` of 5 and 6: cls, mean or max),
 `sentence_bert_config.json` and `tokenizer_config.json`. `layer_norm_eps` comes from
-`config.json`. Writes to OUT:
+`config.json`.
+
+The tokenizer is XLM-R's SentencePiece model (`sentencepiece.bpe.model`) when the folder's
+tokenizer is XLM-R's (`tokenizer_class` XLMRobertaTokenizer, or a Unigram `tokenizer.json`),
+as for XLM-R itself, multilingual-e5 and paraphrase-multilingual-MiniLM; otherwise the
+WordPiece vocabulary (`vocab.txt`, or `tokenizer.json` when a folder has only that).
+XLM-RoBERTa's position ids start after its padding id: the rows before them are dropped, so
+the encoder's positions start at 0 as BERT's do. Writes to OUT:
 
 - `encoder.index` / `encoder.data-*`: `tf.train.Checkpoint(encoder=SentenceEncoder)`, the
   `Dense` module as the encoder's projection;
-- `vocab.txt`;
+- `vocab.txt`, or `sentencepiece.bpe.model`;
 - `warm_start.yaml`: sets `task.model.encoder`, `task.model.tokenizer` and
   `task.init_checkpoint` (absolute paths), to pass as the first `--config_file` of any
   experiment;
@@ -20,8 +27,8 @@ of sentence-transformers 2-4, or the `pooling_mode` of 5 and 6: cls, mean or max
 
 Casing comes from `tokenizer_config.json` (`do_lower_case`; else `tokenizer.json`'s
 normalizer), never from `sentence_bert_config.json`, whose `do_lower_case` describes
-something else. Anything else (a `model_type` other than bert, another module or pooling
-mode) is refused with one line naming the file and the field.
+something else; XLM-R's tokenizer is cased. Anything else (another `model_type`, module or
+pooling mode) is refused with one line naming the file and the field.
 """
 
 import json
@@ -33,6 +40,8 @@ from typing import Dict, Optional
 import numpy as np
 
 SOURCE_FILE = "source.json"
+SP_MODEL_FILE = "sentencepiece.bpe.model"
+MODEL_TYPES = ("bert", "xlm-roberta")
 WARM_START_FILE = "warm_start.yaml"
 CHECKPOINT_NAME = "encoder"
 
@@ -146,9 +155,11 @@ def _read_dense(folder: str, width: int) -> dict:
 def read_hf_metadata(hf_dir: str) -> dict:
     """Reads encoder, tokenizer and sentence-transformers settings from a HF folder.
 
-    Returns `encoder` (EncoderConfig fields), `lower_case`, `max_seq_length`,
-    `transformer_dir` (where config.json, the weights and the tokenizer are) and `dense`
-    (None, or the Dense module's `size`, `bias`, `activation` and `weights` file).
+    Returns `encoder` (EncoderConfig fields), `tokenizer_type` (`wordpiece` or
+    `xlmr_sentencepiece`), `lower_case`, `max_seq_length`, `position_offset` (the position
+    rows before the first position id), `transformer_dir` (where config.json, the weights and
+    the tokenizer are) and `dense` (None, or the Dense module's `size`, `bias`, `activation`
+    and `weights` file).
     """
     if not os.path.isdir(hf_dir):
         raise FileNotFoundError(f"{hf_dir}: Hugging Face model folder not found")
@@ -157,8 +168,12 @@ def read_hf_metadata(hf_dir: str) -> dict:
     config_path = os.path.join(transformer_dir, "config.json")
     config = _read_json(config_path, required=True)
     model_type = config.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(f"{config_path}: model_type {model_type!r} is not supported (bert)")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{config_path}: model_type {model_type!r} is not supported "
+                         f"({', '.join(MODEL_TYPES)})")
+    # RoBERTa numbers positions from its padding id + 1.
+    position_offset = int(config.get("pad_token_id", 1)) + 1 if model_type == "xlm-roberta" \
+        else 0
     act = config.get("hidden_act", "gelu")
     if act not in _HF_ACTIVATIONS:
         raise ValueError(f"{config_path}: unsupported hidden_act {act!r}")
@@ -169,7 +184,7 @@ def read_hf_metadata(hf_dir: str) -> dict:
         "num_attention_heads": config["num_attention_heads"],
         "intermediate_size": config["intermediate_size"],
         "hidden_activation": _HF_ACTIVATIONS[act],
-        "max_position_embeddings": config.get("max_position_embeddings", 512),
+        "max_position_embeddings": config.get("max_position_embeddings", 512) - position_offset,
         "type_vocab_size": config.get("type_vocab_size", 2),
         "dropout_rate": config.get("hidden_dropout_prob", 0.1),
         "attention_dropout_rate": config.get("attention_probs_dropout_prob", 0.1),
@@ -193,13 +208,18 @@ def read_hf_metadata(hf_dir: str) -> dict:
             encoder["normalize"] = True
     tokenizer_config = _read_json(os.path.join(transformer_dir, "tokenizer_config.json")) or {}
     st_config = _read_json(os.path.join(hf_dir, "sentence_bert_config.json")) or {}
+    tokenizer_json = _read_json(os.path.join(transformer_dir, "tokenizer.json")) or {}
+    is_xlmr = str(tokenizer_config.get("tokenizer_class", "")).startswith("XLMRoberta") or (
+        (tokenizer_json.get("model") or {}).get("type") == "Unigram")
     lower_case = tokenizer_config.get("do_lower_case")
     if lower_case is None:
-        tokenizer_json = _read_json(os.path.join(transformer_dir, "tokenizer.json")) or {}
-        lower_case = (tokenizer_json.get("normalizer") or {}).get("lowercase", True)
+        lower_case = False if is_xlmr else (
+            tokenizer_json.get("normalizer") or {}).get("lowercase", True)
     return {
         "encoder": encoder,
+        "tokenizer_type": "xlmr_sentencepiece" if is_xlmr else "wordpiece",
         "lower_case": bool(lower_case),
+        "position_offset": position_offset,
         "max_seq_length": st_config.get("max_seq_length")
         or tokenizer_config.get("model_max_length"),
         "transformer_dir": transformer_dir,
@@ -236,6 +256,15 @@ def read_wordpiece_vocab(transformer_dir: str) -> list:
     return tokens
 
 
+def sentencepiece_model(transformer_dir: str) -> str:
+    """The path of XLM-R's SentencePiece model in a folder whose tokenizer is XLM-R's."""
+    path = os.path.join(transformer_dir, SP_MODEL_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: required file not found (XLM-R's tokenizer is read "
+                                "from its SentencePiece model, not from tokenizer.json)")
+    return path
+
+
 def _split_heads(kernel: np.ndarray, num_heads: int) -> np.ndarray:
     # HF Linear [out, in] -> EinsumDense [in, heads, head_dim].
     hidden_in = kernel.shape[1]
@@ -243,12 +272,13 @@ def _split_heads(kernel: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def _map_hf_tensors(tensors: Dict[str, np.ndarray], num_layers: int, num_heads: int,
-                    source: str) -> Dict[str, np.ndarray]:
-    """Returns {BertEncoderV2 weight path: value} for every tensor of the HF encoder."""
+                    source: str, position_offset: int = 0) -> Dict[str, np.ndarray]:
+    """Returns {BertEncoderV2 weight path: value} for every tensor of the HF encoder (BERT or
+    XLM-RoBERTa, whose position rows before `position_offset` are dropped)."""
     mapped = {}
     unused = []
     for raw_name, value in tensors.items():
-        name = raw_name[len("bert."):] if raw_name.startswith("bert.") else raw_name
+        name = re.sub(r"^(bert|roberta)\.", "", raw_name)
         if any(p.search(name) for p in _IGNORED):
             continue
         name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace(
@@ -257,7 +287,7 @@ def _map_hf_tensors(tensors: Dict[str, np.ndarray], num_layers: int, num_heads: 
         if name == "embeddings.word_embeddings.weight":
             target = ("word_embeddings/embeddings", value)
         elif name == "embeddings.position_embeddings.weight":
-            target = ("position_embedding/embeddings", value)
+            target = ("position_embedding/embeddings", value[position_offset:])
         elif name == "embeddings.token_type_embeddings.weight":
             target = ("type_embeddings/embeddings", value)
         elif name == "embeddings.LayerNorm.weight":
@@ -308,15 +338,18 @@ def _variable_key(variable) -> str:
     return re.sub(r"^(.*/)?bert/", "", name, count=1)
 
 
-def warm_start_config(meta: dict, prefix: str, vocab_file: str) -> dict:
+def warm_start_config(meta: dict, prefix: str, tokenizer_file: str) -> dict:
     """`warm_start.yaml`'s content: the encoder and tokenizer of `read_hf_metadata`'s `meta`,
-    the encoder checkpoint `prefix` and the vocabulary `vocab_file`."""
+    the encoder checkpoint `prefix` and the vocabulary or SentencePiece model
+    `tokenizer_file`."""
     from cmlm_tf import configs
 
+    files = {"sp_model_file" if meta["tokenizer_type"] == "xlmr_sentencepiece"
+             else "vocab_file": tokenizer_file}
     model = configs.SentenceModelConfig(
         encoder=configs.EncoderConfig(**meta["encoder"]),
-        tokenizer=configs.TokenizerConfig(
-            type="wordpiece", vocab_file=vocab_file, lower_case=meta["lower_case"]))
+        tokenizer=configs.TokenizerConfig(type=meta["tokenizer_type"],
+                                          lower_case=meta["lower_case"], **files))
     return {"task": {"init_checkpoint": os.path.abspath(prefix), "model": model.as_dict()}}
 
 
@@ -361,15 +394,27 @@ def convert(hf_dir: str, output_dir: str) -> str:
     if not os.path.exists(weights_path):
         raise FileNotFoundError(f"{weights_path}: required file not found")
     tensors = _load_safetensors(weights_path)
-    vocab = read_wordpiece_vocab(meta["transformer_dir"])
     encoder_config = configs.EncoderConfig(**meta["encoder"])
-    if len(vocab) != encoder_config.vocab_size:
-        raise ValueError(f"{meta['transformer_dir']}: the vocabulary has {len(vocab)} tokens "
-                         f"but config.json says vocab_size {encoder_config.vocab_size}")
+    if meta["tokenizer_type"] == "xlmr_sentencepiece":
+        from cmlm_tf import tokenization
+
+        sp_model = sentencepiece_model(meta["transformer_dir"])
+        # Models that took XLM-R's vocabulary may have spare embedding rows after it.
+        vocab_size = tokenization.XlmrSentencepieceTokenizer(sp_model).vocab_size
+        if vocab_size > encoder_config.vocab_size:
+            raise ValueError(f"{sp_model}: the tokenizer has {vocab_size} ids but config.json "
+                             f"says vocab_size {encoder_config.vocab_size}")
+    else:
+        vocab = read_wordpiece_vocab(meta["transformer_dir"])
+        if len(vocab) != encoder_config.vocab_size:
+            raise ValueError(f"{meta['transformer_dir']}: the vocabulary has {len(vocab)} "
+                             f"tokens but config.json says vocab_size "
+                             f"{encoder_config.vocab_size}")
 
     encoder = sentence_encoder.build_sentence_encoder(encoder_config)
     mapped = _map_hf_tensors(tensors, encoder_config.num_layers,
-                             encoder_config.num_attention_heads, weights_path)
+                             encoder_config.num_attention_heads, weights_path,
+                             position_offset=meta["position_offset"])
     bert_weights = {
         _variable_key(v): v for v in encoder.bert.weights
         if not _variable_key(v).startswith("pooler_transform/")}
@@ -384,10 +429,16 @@ def convert(hf_dir: str, output_dir: str) -> str:
     output_dir = os.path.abspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     prefix = sentence_encoder.write_encoder_checkpoint(encoder, output_dir, CHECKPOINT_NAME)
-    vocab_out = os.path.join(output_dir, "vocab.txt")
-    with open(vocab_out, "w", encoding="utf-8") as f:
-        f.write("".join(token + "\n" for token in vocab))
-    warm_start = warm_start_config(meta, prefix, vocab_out)
+    if meta["tokenizer_type"] == "xlmr_sentencepiece":
+        import shutil
+
+        tokenizer_out = os.path.join(output_dir, SP_MODEL_FILE)
+        shutil.copyfile(sp_model, tokenizer_out)
+    else:
+        tokenizer_out = os.path.join(output_dir, "vocab.txt")
+        with open(tokenizer_out, "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in vocab))
+    warm_start = warm_start_config(meta, prefix, tokenizer_out)
     import yaml
 
     warm_start_path = os.path.join(output_dir, WARM_START_FILE)
@@ -404,9 +455,11 @@ def build_parser():
 
     parser = argparse.ArgumentParser(
         prog="python -m cmlm_tf.convert_hf_bert",
-        description="Convert a Hugging Face BERT folder into a cmlm_tf encoder checkpoint.")
+        description="Convert a Hugging Face BERT or XLM-RoBERTa folder into a cmlm_tf encoder "
+                    "checkpoint.")
     parser.add_argument("--hf_dir", required=True,
-                        help="folder with config.json, model.safetensors, vocab.txt")
+                        help="folder with config.json, model.safetensors and the tokenizer "
+                             "(vocab.txt, tokenizer.json or sentencepiece.bpe.model)")
     parser.add_argument("--output_dir", required=True)
     return parser
 

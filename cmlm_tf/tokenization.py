@@ -41,7 +41,8 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig,
     `[UNK]`, repeated tokens) falls back to Model Garden's `BertTokenizer`
     (`[batch, (words), (pieces)]`) with a warning, as does `fast_wordpiece=False` (the ops
     that TF Serving releases before 2.12 link); `tokenizer_implementation(layer)` says which
-    one was built and why. SentencePiece models give `[batch, (pieces)]`.
+    one was built and why. SentencePiece models give `[batch, (pieces)]`, with special
+    pieces by name (`sentencepiece`) or XLM-RoBERTa's ids (`xlmr_sentencepiece`).
     """
     if tokenizer.type == "wordpiece":
         vocab_file = _existing_file(tokenizer, "vocab_file", "vocabulary file")
@@ -74,17 +75,23 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig,
                 f"{sorted(missing)}; train it with `train_sentencepiece` "
                 "(task.model.tokenizer.sp_model_file)")
         return layer
+    if tokenizer.type == "xlmr_sentencepiece":
+        return XlmrSentencepieceTokenizer(
+            _existing_file(tokenizer, "sp_model_file", "SentencePiece model"),
+            lower_case=tokenizer.lower_case)
     raise ValueError(f"task.model.tokenizer.type: unknown tokenizer {tokenizer.type!r}")
 
 
 def tokenizer_implementation(layer: tf_keras.layers.Layer) -> dict:
     """What `build_tokenizer` built, for export metadata: `{"name": ..., ...}`.
 
-    Names: `fast_wordpiece`, `wordpiece` (the classic fallback, with `fallback_reason`) or
-    `sentencepiece`.
+    Names: `fast_wordpiece`, `wordpiece` (the classic fallback, with `fallback_reason`),
+    `xlmr_sentencepiece` or `sentencepiece`.
     """
     if isinstance(layer, FastWordpieceTokenizer):
         return {"name": "fast_wordpiece"}
+    if isinstance(layer, XlmrSentencepieceTokenizer):
+        return {"name": "xlmr_sentencepiece"}
     if hasattr(layer, "fallback_reason"):
         return {"name": "wordpiece", "fallback_reason": layer.fallback_reason}
     return {"name": "sentencepiece"}
@@ -179,6 +186,79 @@ class FastWordpieceTokenizer(tf_keras.layers.Layer):
             pieces.values, tf.where(starts)[:, 0], validate=False)
         words_per_text = tf.reduce_sum(tf.cast(pieces.with_values(starts), tf.int64), axis=1)
         return tf.RaggedTensor.from_row_lengths(words, words_per_text, validate=False)
+
+
+class XlmrSentencepieceTokenizer(tf_keras.layers.Layer):
+    """XLM-RoBERTa's tokenizer: a SentencePiece model with fairseq's ids, as Hugging Face's
+    `XLMRobertaTokenizer` gives them (XLM-R, and the BERT models that took its vocabulary:
+    multilingual-e5, paraphrase-multilingual-MiniLM).
+
+    The model's own pieces `<unk>` 0, `<s>` 1, `</s>` 2 become `<s>` 0, `<pad>` 1, `</s>` 2,
+    `<unk>` 3; every other piece moves up by one, and `<mask>` follows the last piece. The
+    SentencePiece op (TF-Text, with its own normalisation rules from the model) runs in the
+    preprocessor and the serving model; the layer keeps the serialized model, so no path
+    ends up in a SavedModel.
+
+    Args:
+        sp_model_file: the SentencePiece model (`sentencepiece.bpe.model`), whose first
+            pieces are `<unk>`, `<s>`, `</s>`.
+        lower_case: case-fold (`tensorflow_text.case_fold_utf8`) first; XLM-R does not.
+
+    Call args:
+        inputs: string [batch], valid UTF-8.
+
+    Returns:
+        int32 RaggedTensor [batch, (pieces)].
+    """
+
+    _FIRST_PIECES = ("<unk>", "<s>", "</s>")
+    UNKNOWN_ID = 3
+
+    def __init__(self, sp_model_file: str, lower_case: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        import tensorflow_text as tf_text
+
+        with tf.io.gfile.GFile(sp_model_file, "rb") as f:
+            self._model_serialized_proto = f.read()
+        try:
+            self._tokenizer = tf_text.SentencepieceTokenizer(
+                model=self._model_serialized_proto, out_type=tf.int32)
+            first = [self._tokenizer.id_to_string(i).numpy().decode("utf-8")
+                     for i in range(len(self._FIRST_PIECES))]
+            size = int(self._tokenizer.vocab_size())
+        except (tf.errors.OpError, ValueError) as e:
+            raise ValueError(f"{sp_model_file}: not a SentencePiece model "
+                             f"({str(e).strip().splitlines()[0]})") from None
+        if tuple(first) != self._FIRST_PIECES:
+            raise ValueError(f"{sp_model_file}: the first pieces are {first}, not XLM-R's "
+                             f"{list(self._FIRST_PIECES)} (task.model.tokenizer.sp_model_file)")
+        self._lower_case = lower_case
+        self._special_tokens = {"start_of_sequence_id": 0, "padding_id": 1,
+                                "end_of_segment_id": 2, "mask_id": size + 1,
+                                "vocab_size": size + 2}
+
+    @property
+    def vocab_size(self) -> int:
+        return self._special_tokens["vocab_size"]
+
+    def get_special_tokens_dict(self) -> Dict[str, int]:
+        """The TF Hub preprocessor contract's ids: `<s>`, `</s>`, `<pad>`, `<mask>`."""
+        return dict(self._special_tokens)
+
+    def get_config(self):
+        raise NotImplementedError("XlmrSentencepieceTokenizer is saved with tf.saved_model only")
+
+    def call(self, inputs):
+        if self._lower_case:
+            import tensorflow_text as tf_text
+
+            inputs = tf_text.case_fold_utf8(inputs)
+        pieces = self._tokenizer.tokenize(inputs)
+        ids = pieces.flat_values
+        # SentencePiece's <unk> (0) is fairseq's 3; every other piece moves up by one.
+        ids = tf.where(tf.equal(ids, 0), self.UNKNOWN_ID, ids + 1)
+        row_splits = tf.reshape(pieces.row_splits, [tf.shape(inputs)[0] + 1])
+        return tf.RaggedTensor.from_row_splits(ids, row_splits, validate=False)
 
 
 # Where a training run that learned its SentencePiece model at start-up keeps it.

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TESTS_DIR, tiny_encoder_config, write_tiny_vocab
+from conftest import REPO_DIR, TESTS_DIR, subprocess_env, tiny_encoder_config, write_tiny_vocab
 
 from cmlm_tf import configs, convert_hf_bert
 from cmlm_tf.modeling import sentence_encoder
@@ -208,9 +208,12 @@ def test_bad_config_key_names_the_key(tmp_path):
 # random weights, golden ids and vectors from sentence-transformers on UDHR paragraphs.
 STANDINS = TESTS_DIR / "data" / "st_standins"
 STANDIN_LAYOUTS = {
-    # name: (pooling, projection_size, projection_activation, lower_case, layer_norm_epsilon)
-    "labse_layout": ("cls", 64, "tanh", False, 1e-12),
-    "st6_bert_mean": ("mean", 0, "linear", True, 1e-7),
+    # name: (tokenizer, pooling, projection_size, projection_activation, lower_case,
+    #        layer_norm_epsilon, normalize, vocab_size)
+    "labse_layout": ("wordpiece", "cls", 64, "tanh", False, 1e-12, True, 3000),
+    "st6_bert_mean": ("wordpiece", "mean", 0, "linear", True, 1e-7, True, 3000),
+    "xlmr_layout": ("xlmr_sentencepiece", "mean", 0, "linear", False, 1e-5, False, 4002),
+    "bert_sentencepiece": ("xlmr_sentencepiece", "mean", 0, "linear", False, 1e-12, True, 4002),
 }
 
 
@@ -239,12 +242,13 @@ def _cosines(a, b):
 def test_standin_layout_is_read(standin_export, standin_golden):
     name, export_dir = standin_export
     meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
-    pooling, size, activation, lower_case, epsilon = STANDIN_LAYOUTS[name]
     encoder = meta["encoder"]
-    assert (encoder["pooling"], encoder["projection_size"], encoder["projection_activation"],
-            meta["tokenizer"]["lower_case"], encoder["layer_norm_epsilon"]) == (
-        pooling, size, activation, lower_case, epsilon)
-    assert encoder["normalize"] and meta["seq_length"] == 128 and meta["vocab_size"] == 3000
+    assert (meta["tokenizer"]["type"], encoder["pooling"], encoder["projection_size"],
+            encoder["projection_activation"], meta["tokenizer"]["lower_case"],
+            encoder["layer_norm_epsilon"], encoder["normalize"], meta["vocab_size"]) == \
+        STANDIN_LAYOUTS[name]
+    epsilon = encoder["layer_norm_epsilon"]
+    assert meta["seq_length"] == 128
     # Every LayerNorm, in the Keras encoder and in the inference forward, has the folder's
     # epsilon.
     import tf_keras
@@ -259,6 +263,8 @@ def test_standin_layout_is_read(standin_export, standin_golden):
     assert {layer.epsilon for layer in norms} | {forward.embedding_epsilon} | {
         layer.epsilon for layer in forward.layers} == {epsilon}
     assert not (STANDINS / name / "vocab.txt").exists()  # read from tokenizer.json
+    if name == "xlmr_layout":  # 130 position rows, from the padding id + 1 on
+        assert (encoder["max_position_embeddings"], encoder["type_vocab_size"]) == (128, 1)
     assert len({source.split(":")[0] for source in standin_golden["sources"]}) >= 50
     assert len(standin_golden["scripts"]) >= 25
 
@@ -267,7 +273,8 @@ def test_standin_every_export_form_equals_sentence_transformers(standin_export,
                                                                 standin_golden):
     """Token ids identical to the stand-in's own tokenizer, and vectors at cosine >= 0.99999
     to sentence-transformers' from encode(), serving/1's serving_default, the TF Hub
-    preprocessor + encoder and TFLite float32, on UDHR paragraphs in 68 languages."""
+    preprocessor + encoder and TFLite float32 (from text, or from serving/1's token ids for
+    SentencePiece), on UDHR paragraphs in 68 languages."""
     import tensorflow as tf
     import tensorflow_hub as hub
     import tensorflow_text  # noqa: F401
@@ -298,8 +305,14 @@ def test_standin_every_export_form_equals_sentence_transformers(standin_export,
         "serving_default": model._serving.signatures["serving_default"](
             sentences=tf.constant(texts))["embeddings"].numpy(),
         "hub": encoder(hub_inputs)["default"].numpy(),
-        "tflite_float32": tflite.embed(runner, sentences=texts),
     }
+    if "serving_default" in runner.get_signature_list():
+        paths["tflite_float32"] = tflite.embed(runner, sentences=texts)
+    else:
+        paths["tflite_float32"] = tflite.embed(
+            runner, signature="from_token_ids",
+            **{key: value.numpy() for key, value in tokens.items()})
+    assert len(paths) == 4
     for path, vectors in paths.items():
         cosines = _cosines(vectors, expected)
         assert cosines.min() >= 0.99999, (path, standin_golden["sources"][cosines.argmin()],
@@ -308,7 +321,7 @@ def test_standin_every_export_form_equals_sentence_transformers(standin_export,
 
 @pytest.mark.parametrize("change, message", [
     ({"config.json": {"model_type": "t5"}}, r"config\.json: model_type 't5'"),
-    ({"config.json": {"model_type": "xlm-roberta"}}, r"config\.json: model_type 'xlm-roberta'"),
+    ({"config.json": {"model_type": "roberta"}}, r"config\.json: model_type 'roberta'"),
     ({"modules.json": "unknown"}, r"modules\.json: module 1 has type 'sentence_transformers"
                                   r"\.models\.WordWeights'"),
     ({"1_Pooling/config.json": {"pooling_mode": "lasttoken"}},
@@ -359,3 +372,62 @@ def test_plain_hugging_face_folder_is_cls_pooled_and_not_normalised(tmp_path):
                                                                      str(tmp_path / "out"))])
     encoder = params.task.model.encoder
     assert (encoder.pooling, encoder.normalize, encoder.projection_size) == ("cls", False, 0)
+
+
+@pytest.mark.parametrize("name", ["labse_layout", "xlmr_layout"])
+def test_bitext_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name,
+                                                                      standin_golden):
+    """Convert, `python -m cmlm_tf.train` (additive-margin bitext on the bundled pairs, as
+    docs/import.md shows) and export: the run starts from the imported weights (its vectors
+    stay near the import's) and trains them (they move), with the import's tokenizer."""
+    import subprocess
+    import sys
+
+    import cmlm_tf
+    from cmlm_tf.export import export_lib
+
+    warm_start = convert_hf_bert.convert(str(STANDINS / name), str(tmp_path / "imported"))
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/bitext",
+         f"--config_file={warm_start}", "--mode=train", f"--model_dir={run_dir}",
+         "--params_override=task.train_data.input_path=cmlm_tf/data/corpus/bible_en_es.tsv,"
+         "task.train_data.global_batch_size=16,task.train_data.seq_length=32,"
+         "trainer.train_steps=4,trainer.steps_per_loop=2,trainer.checkpoint_interval=4,"
+         "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=0.0001,"
+         "trainer.optimizer_config.warmup.linear.warmup_steps=1"],
+        cwd=REPO_DIR, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    export_lib.export(str(tmp_path / "export"), model_dir=str(run_dir))
+    model = cmlm_tf.load(str(tmp_path / "export"))
+    texts = standin_golden["texts"][:20]
+    tokens = model._serving.tokenize(tf.constant(texts))
+    ids = [row[:length] for row, length in zip(tokens["input_word_ids"].numpy().tolist(),
+                                               tokens["input_mask"].numpy().sum(1))]
+    assert ids == [row[:32] if len(row) <= 32 else row[:31] + row[-1:]
+                   for row in standin_golden["models"][name]["ids"][:20]]
+    cosines = _cosines(model.encode(texts), standin_golden["models"][name]["vectors"][:20])
+    assert 0.9 < cosines.min() and cosines.max() < 0.99999, cosines
+
+
+def test_xlmr_folder_without_its_sentencepiece_model_is_one_line(tmp_path, capsys):
+    import shutil
+
+    from cmlm_tf.export import cli as export_cli
+
+    hf_dir = tmp_path / "xlmr_layout"
+    shutil.copytree(STANDINS / "xlmr_layout", hf_dir)
+    (hf_dir / "sentencepiece.bpe.model").unlink()
+    rc = export_cli.main(["--hf_dir", str(hf_dir), "--export_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert re.search(r"xlmr_layout/sentencepiece\.bpe\.model: required file not found", err[0])
+
+
+def test_xlmr_tokenizer_refuses_a_model_without_xlmr_first_pieces(tiny_sp_model):
+    from cmlm_tf import tokenization
+
+    with pytest.raises(ValueError, match=r"the first pieces are .* not XLM-R's"):
+        tokenization.XlmrSentencepieceTokenizer(str(tiny_sp_model))
+    with pytest.raises(ValueError, match="not a SentencePiece model"):
+        tokenization.XlmrSentencepieceTokenizer(str(STANDINS / "xlmr_layout" / "config.json"))

@@ -337,6 +337,8 @@ def _model_card(meta: dict) -> str:
         else "lower-cased, accents stripped"
     casing = f"uncased ({lower_cased})" if meta["tokenizer"]["lower_case"] else "cased"
     implementation = meta["tokenizer"]["implementation"]
+    ends = "`<s>` and `</s>`" if meta["tokenizer"]["type"] == "xlmr_sentencepiece" \
+        else "`[CLS]` and `[SEP]`"
     ops = meta["custom_ops"]
 
     def op_list(name):
@@ -360,8 +362,7 @@ def _model_card(meta: dict) -> str:
 - Normalisation: encoder `default` output is \
 {"L2-normalised" if enc['normalize'] else "the pooled output, not normalised"}; \
 the serving `embeddings` output is always L2-normalised
-- Sequence length: {meta['seq_length']} tokens including `[CLS]` and `[SEP]`; longer texts are \
-truncated
+- Sequence length: {meta['seq_length']} tokens including {ends}; longer texts are truncated
 - Tokenizer: {meta['tokenizer']['type']} (`{implementation['name']}`), vocabulary of \
 {meta['vocab_size']} tokens, {casing}
 - Exported: {meta['exported_at']} with cmlm_tf {meta['cmlm_tf_version']}

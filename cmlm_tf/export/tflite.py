@@ -8,7 +8,9 @@ Written by `python -m cmlm_tf.export ... --tflite` from the same `ServingModule`
   ops have TFLite kernels; the text must be valid UTF-8) and `from_token_ids`
   (`input_word_ids`, `input_mask`, `input_type_ids` int32 [batch, seq] -> `embeddings`).
   SentencePiece exports have `from_token_ids` only; `tflite/sp.model` is their tokenizer
-  (lower-case first when the export is uncased, then `[CLS] pieces [SEP]`, padding 0).
+  (lower-case first when the export is uncased, then `[CLS] pieces [SEP]`, padding 0; for
+  `xlmr_sentencepiece`, XLM-R's ids: `<s>` 0, the model's piece ids + 1 with its `<unk>` as
+  3, `</s>` 2, padding 1).
   Both run a batch in length buckets, as `serving/1` does (`serving.py`).
 
 The text signature needs TF-Text's TFLite kernels: in Python, `load_interpreter(path)`

@@ -3,7 +3,9 @@
 Run once in a separate virtual environment (torch, transformers, sentence-transformers and
 tokenizers are never dependencies of cmlm_tf):
 
-    python tests/data/make_st_standins.py ../shared/data/udhr tests/data/st_standins
+    python tests/data/make_st_standins.py ../shared/data/udhr tests/data/st_standins [NAMES]
+
+(NAMES: the comma-separated stand-ins to rebuild, keeping the others' golden entries.)
 
 Each stand-in has the exact layout of a published family, random weights (every tensor,
 LayerNorm and biases included, drawn from a normal distribution so that each one matters)
@@ -15,6 +17,17 @@ that text in every script tokenises into real pieces:
 - `st6_bert_mean`: a BERT (uncased) with mean pooling and Normalize, saved by
   sentence-transformers 6 (`1_Pooling/config.json` with `"pooling_mode"`), with its
   tokenizer in `tokenizer.json` only (no `vocab.txt`) and `layer_norm_eps` 1e-7.
+
+- `xlmr_layout`: paraphrase-multilingual-mpnet-base-v2's modules: XLM-RoBERTa (position
+  ids after the padding id, one token type, `layer_norm_eps` 1e-5), mean pooling, no
+  Normalize, with XLM-R's SentencePiece tokenizer (`sentencepiece.bpe.model` and
+  `tokenizer.json`: `<s>`, `<pad>`, `</s>`, `<unk>`, then the model's pieces shifted by one,
+  `<mask>` last).
+- `bert_sentencepiece`: multilingual-e5-small's and paraphrase-multilingual-MiniLM-L12-v2's:
+  a BERT with XLM-R's SentencePiece tokenizer, mean pooling, Normalize.
+
+The two SentencePiece stand-ins share one unigram model of 4,000 pieces learnt from the UDHR
+(NFKC normalisation, as XLM-R's).
 
 `st_standins_golden.json.gz` holds, for each stand-in, the first two paragraphs of the UDHR in
 60 languages chosen to cover its scripts (Khmer, Malayalam and Persian with their zero-width
@@ -31,6 +44,7 @@ import sys
 import unicodedata
 
 VOCAB_SIZE = 3000
+SP_VOCAB_SIZE = 4000
 MAX_SEQ_LENGTH = 128
 # Languages whose script no other file of the selection shares, then well-known languages.
 EXTRA = ["khm", "mal", "pes_1", "hin", "ben", "tam", "tel", "kan", "guj", "pan", "sin", "mya",
@@ -119,7 +133,80 @@ def build(udhr_dir, out_dir, name, lower_case, hidden, pooling, dense, eps, seed
     return model, target
 
 
-def main(udhr_dir, out_dir):
+def train_sentencepiece(udhr_dir, path):
+    """XLM-R's kind of SentencePiece model: unigram, NFKC, `<unk>` 0, `<s>` 1, `</s>` 2."""
+    import io
+
+    import sentencepiece
+
+    lines = (line for line in all_udhr_lines(udhr_dir) if line.strip())
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=lines, model_writer=model, vocab_size=SP_VOCAB_SIZE,
+        model_type="unigram", character_coverage=0.9995, normalization_rule_name="nmt_nfkc",
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, input_sentence_size=200000,
+        shuffle_input_sentence=True, num_threads=2, minloglevel=2)
+    with open(path, "wb") as f:
+        f.write(model.getvalue())
+
+
+def xlmr_tokenizer(sp_model):
+    """Hugging Face's XLM-R tokenizer for a SentencePiece model, with fairseq's ids."""
+    from sentencepiece import sentencepiece_model_pb2
+    from transformers import XLMRobertaTokenizer
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(sp_model, "rb") as f:
+        proto.ParseFromString(f.read())
+    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    vocab += [(piece.piece, piece.score) for piece in proto.pieces[3:]]
+    vocab.append(("<mask>", 0.0))
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    return XLMRobertaTokenizer(vocab=vocab, _spm_precompiled_charsmap=charsmap,
+                               model_max_length=MAX_SEQ_LENGTH)
+
+
+def build_sentencepiece(udhr_dir, out_dir, name, sp_model, roberta, hidden, eps, normalize,
+                        seed):
+    """A stand-in with XLM-R's tokenizer: an XLM-RoBERTa (`roberta`) or a BERT."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, XLMRobertaConfig, XLMRobertaModel
+
+    work = os.path.join(out_dir, "_work_" + name)
+    os.makedirs(work, exist_ok=True)
+    tokenizer = xlmr_tokenizer(sp_model)
+    sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=2,
+                 num_attention_heads=4, intermediate_size=2 * hidden, layer_norm_eps=eps,
+                 pad_token_id=1)
+    torch.manual_seed(seed)
+    if roberta:  # positions start after the padding id: 2 + MAX_SEQ_LENGTH rows
+        encoder = XLMRobertaModel(XLMRobertaConfig(
+            max_position_embeddings=MAX_SEQ_LENGTH + 2, type_vocab_size=1, **sizes),
+            add_pooling_layer=False)
+    else:
+        encoder = BertModel(BertConfig(max_position_embeddings=MAX_SEQ_LENGTH, **sizes),
+                            add_pooling_layer=False)
+    randomize(encoder, seed)
+    encoder.save_pretrained(work)
+    tokenizer.save_pretrained(work)
+    shutil.copy(sp_model, os.path.join(work, "sentencepiece.bpe.model"))
+    transformer = models.Transformer(work, max_seq_length=MAX_SEQ_LENGTH)
+    modules = [transformer, models.Pooling(hidden, pooling_mode="mean")]
+    if normalize:
+        modules.append(models.Normalize())
+    model = SentenceTransformer(modules=modules, device="cpu")
+    target = os.path.join(out_dir, name)
+    shutil.rmtree(target, ignore_errors=True)
+    model.save(target)
+    shutil.copy(sp_model, os.path.join(target, "sentencepiece.bpe.model"))
+    shutil.rmtree(work)
+    return model, target
+
+
+def main(udhr_dir, out_dir, names=""):
+    """Builds the stand-ins `names` (comma-separated; all when empty), keeping the golden
+    entries of the others."""
     import numpy as np
 
     os.makedirs(out_dir, exist_ok=True)
@@ -131,13 +218,30 @@ def main(udhr_dir, out_dir):
         for line_number in (0, 1):
             texts.append(lines[line_number])
             ids_of.append(f"{code}.txt:{line_number + 1}")
+    golden_path = os.path.join(out_dir, "..", "st_standins_golden.json.gz")
     golden = {"texts": texts, "sources": ids_of, "scripts": scripts, "models": {}}
-    for name, kwargs in (
-            ("labse_layout", dict(lower_case=False, hidden=64, pooling="cls", dense=True,
-                                  eps=1e-12, seed=1)),
-            ("st6_bert_mean", dict(lower_case=True, hidden=32, pooling="mean", dense=False,
-                                   eps=1e-7, seed=2))):
-        model, target = build(udhr_dir, out_dir, name, **kwargs)
+    if names and os.path.exists(golden_path):
+        with gzip.open(golden_path, "rt", encoding="utf-8") as f:
+            kept = json.load(f)
+        assert kept["texts"] == texts, "the golden file's texts differ: rebuild every stand-in"
+        golden["models"] = kept["models"]
+    sp_model = os.path.join(out_dir, "_sentencepiece.model")
+    train_sentencepiece(udhr_dir, sp_model)
+    standins = {
+        "labse_layout": (build, dict(lower_case=False, hidden=64, pooling="cls", dense=True,
+                                     eps=1e-12, seed=1)),
+        "st6_bert_mean": (build, dict(lower_case=True, hidden=32, pooling="mean",
+                                      dense=False, eps=1e-7, seed=2)),
+        "xlmr_layout": (build_sentencepiece, dict(sp_model=sp_model, roberta=True, hidden=48,
+                                                  eps=1e-5, normalize=False, seed=3)),
+        "bert_sentencepiece": (build_sentencepiece, dict(sp_model=sp_model, roberta=False,
+                                                         hidden=32, eps=1e-12, normalize=True,
+                                                         seed=4)),
+    }
+    for name, (builder, kwargs) in standins.items():
+        if names and name not in names.split(","):
+            continue
+        model, target = builder(udhr_dir, out_dir, name, **kwargs)
         if name == "st6_bert_mean":
             for extra in ("vocab.txt",):  # the tokenizer only in tokenizer.json
                 if os.path.exists(os.path.join(target, extra)):
@@ -152,8 +256,8 @@ def main(udhr_dir, out_dir):
 
     golden["made_with"] = (f"sentence-transformers {sentence_transformers.__version__}, "
                            f"transformers {transformers.__version__}, CPU float32")
-    with gzip.open(os.path.join(out_dir, "..", "st_standins_golden.json.gz"), "wt",
-                   encoding="utf-8") as f:
+    os.remove(sp_model)
+    with gzip.open(golden_path, "wt", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False)
     print(len(codes), "languages,", len(scripts), "scripts,", len(texts), "texts")
 
