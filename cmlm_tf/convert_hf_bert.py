@@ -353,6 +353,19 @@ def warm_start_config(meta: dict, prefix: str, tokenizer_file: str) -> dict:
     return {"task": {"init_checkpoint": os.path.abspath(prefix), "model": model.as_dict()}}
 
 
+def assign_bert_weights(encoder, mapped: Dict[str, np.ndarray], source: str) -> None:
+    """Loads {BertEncoderV2 weight path: value} into `encoder.bert`; every weight but BERT's
+    unused tanh pooler must be there, with its shape."""
+    bert_weights = {
+        _variable_key(v): v for v in encoder.bert.weights
+        if not _variable_key(v).startswith("pooler_transform/")}
+    missing = sorted(set(bert_weights) - set(mapped))
+    if missing:
+        raise ValueError(f"{source}: no tensor for encoder weights {missing[:5]}")
+    for key, variable in bert_weights.items():
+        _assign(variable, mapped[key], source, key)
+
+
 def _load_safetensors(path: str) -> Dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
@@ -415,38 +428,41 @@ def convert(hf_dir: str, output_dir: str) -> str:
     mapped = _map_hf_tensors(tensors, encoder_config.num_layers,
                              encoder_config.num_attention_heads, weights_path,
                              position_offset=meta["position_offset"])
-    bert_weights = {
-        _variable_key(v): v for v in encoder.bert.weights
-        if not _variable_key(v).startswith("pooler_transform/")}
-    missing = sorted(set(bert_weights) - set(mapped))
-    if missing:
-        raise ValueError(f"{weights_path}: no tensor for encoder weights {missing[:5]}")
-    for key, variable in bert_weights.items():
-        _assign(variable, mapped[key], weights_path, key)
+    assign_bert_weights(encoder, mapped, weights_path)
     if meta["dense"] is not None:
         _assign_dense(encoder.projection, meta["dense"])
+
+    tokenizer_file = sp_model if meta["tokenizer_type"] == "xlmr_sentencepiece" else vocab
+    return write_converted(encoder, meta, tokenizer_file, output_dir,
+                           {"hf_dir": os.path.abspath(hf_dir)})
+
+
+def write_converted(encoder, meta: dict, tokenizer, output_dir: str, source: dict) -> str:
+    """Writes a converted `encoder` to `output_dir`: the checkpoint, the tokenizer (`tokenizer`
+    is the WordPiece vocabulary as a list, or the path of XLM-R's SentencePiece model),
+    `warm_start.yaml` and `source.json` (`source` plus `max_seq_length`). Returns the path
+    of `warm_start.yaml`."""
+    import shutil
+
+    import yaml
+
+    from cmlm_tf.modeling import sentence_encoder
 
     output_dir = os.path.abspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     prefix = sentence_encoder.write_encoder_checkpoint(encoder, output_dir, CHECKPOINT_NAME)
     if meta["tokenizer_type"] == "xlmr_sentencepiece":
-        import shutil
-
         tokenizer_out = os.path.join(output_dir, SP_MODEL_FILE)
-        shutil.copyfile(sp_model, tokenizer_out)
+        shutil.copyfile(tokenizer, tokenizer_out)
     else:
         tokenizer_out = os.path.join(output_dir, "vocab.txt")
         with open(tokenizer_out, "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in vocab))
-    warm_start = warm_start_config(meta, prefix, tokenizer_out)
-    import yaml
-
+            f.write("".join(token + "\n" for token in tokenizer))
     warm_start_path = os.path.join(output_dir, WARM_START_FILE)
     with open(warm_start_path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(warm_start, f, sort_keys=False)
+        yaml.safe_dump(warm_start_config(meta, prefix, tokenizer_out), f, sort_keys=False)
     with open(os.path.join(output_dir, SOURCE_FILE), "w", encoding="utf-8") as f:
-        json.dump({"hf_dir": os.path.abspath(hf_dir),
-                   "max_seq_length": meta["max_seq_length"]}, f, indent=2)
+        json.dump({**source, "max_seq_length": meta["max_seq_length"]}, f, indent=2)
     return warm_start_path
 
 

@@ -5,8 +5,9 @@ r"""Command line of the exporter.
         [--seq_length N] [--tflite] [--classic_wordpiece] [--overwrite]
 
 `--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
-`cmlm_tf.convert_hf_bert` (`warm_start.yaml`); `--hf_dir` converts a Hugging Face BERT
-folder on the fly. Arguments are checked before TensorFlow is imported.
+`cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
+`--import_dir`) imports a Hugging Face / sentence-transformers folder, a TF Hub BERT encoder or
+a BERT checkpoint on the fly. Arguments are checked before TensorFlow is imported.
 """
 
 import argparse
@@ -28,7 +29,10 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: the latest)")
     parser.add_argument("--encoder_key", default="encoder",
                         help="checkpoint item holding the encoder (e.g. target_encoder)")
-    parser.add_argument("--hf_dir", help="Hugging Face BERT folder to convert and export")
+    parser.add_argument("--hf_dir", "--import_dir", dest="hf_dir",
+                        help="model to import and export: a Hugging Face / "
+                             "sentence-transformers folder, a TF Hub BERT encoder or a BERT "
+                             "checkpoint folder (cmlm_tf.import_model)")
     parser.add_argument("--seq_length", type=int, default=None,
                         help="default: the HF folder's max_seq_length, else the training "
                              f"run's seq_length, else {export_lib.DEFAULT_SEQ_LENGTH}")

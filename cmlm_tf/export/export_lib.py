@@ -102,20 +102,27 @@ def _model_config_from(params: dict, path: str):
     return config
 
 
+# How an export's README names where imported weights came from (`import_model.FAMILIES`).
+_FAMILY_NAMES = {"hugging_face": "Hugging Face", "tf_hub": "TF Hub encoder",
+                 "tf1_checkpoint": "TF1 BERT checkpoint",
+                 "tf2_checkpoint": "Model Garden TF2 checkpoint"}
+
+
 def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
                    hf_dir: Optional[str] = None, work_dir: Optional[str] = None
                    ) -> ExportSource:
     """Finds the config, checkpoint and default seq_length of what is to be exported."""
-    from cmlm_tf import convert_hf_bert, tokenization
+    from cmlm_tf import convert_hf_bert, import_model, tokenization
     from cmlm_tf.modeling import sentence_encoder
 
     if bool(model_dir) == bool(hf_dir):
         raise ValueError("pass exactly one of --model_dir and --hf_dir")
     if hf_dir:
         converted = os.path.join(work_dir or tempfile.mkdtemp(), "converted")
-        convert_hf_bert.convert(hf_dir, converted)
+        family, _ = import_model.detect(hf_dir)
+        import_model.convert(hf_dir, converted)
         source = resolve_source(model_dir=converted, checkpoint=checkpoint)
-        source.description = {"kind": "hugging_face", "hf_dir": _base_name(hf_dir)}
+        source.description = {"kind": family, "hf_dir": _base_name(hf_dir)}
         return source
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"{model_dir}: model directory not found")
@@ -142,7 +149,8 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
         source = json.load(open(source_file, encoding="utf-8")) \
             if os.path.exists(source_file) else {}
         seq_length = source.get("max_seq_length") or DEFAULT_SEQ_LENGTH
-        description = {"kind": "converted", "hf_dir": _base_name(source.get("hf_dir", "")),
+        description = {"kind": "converted", "family": source.get("family", "hugging_face"),
+                       "hf_dir": _base_name(source.get("hf_dir") or source.get("source_dir", "")),
                        "checkpoint": os.path.basename(prefix)}
     else:
         raise FileNotFoundError(
@@ -328,7 +336,8 @@ def _model_card(meta: dict) -> str:
     if src.get("kind") == "training_run":
         origin = f"training run `{src['model_dir']}`, checkpoint `{src['checkpoint']}`"
     elif src.get("hf_dir"):
-        origin = f"Hugging Face BERT weights from `{src['hf_dir']}` (converted)"
+        family = _FAMILY_NAMES.get(src.get("family", src.get("kind")), "imported")
+        origin = f"{family} weights from `{src['hf_dir']}` (converted)"
     else:
         origin = f"checkpoint `{src.get('checkpoint', '')}`"
     if src.get("checkpoint_sha256"):
