@@ -29,6 +29,7 @@ setup(
         "cmlm-tf-similarity = cmlm_tf.similarity:main",
         "cmlm-tf-build-vocab = cmlm_tf.build_vocab:main",
         "cmlm-tf-convert-hf-bert = cmlm_tf.convert_hf_bert:main",
+        "cmlm-tf-import-model = cmlm_tf.import_model:main",
         "cmlm-tf-convert-nli = cmlm_tf.convert_nli:main",
     ]},
     install_requires=[

@@ -15,8 +15,8 @@ from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env
 CLIS = {
     "cmlm_tf.train": ["--experiment", "--mode", "--model_dir", "--config_file",
                       "--params_override"],
-    "cmlm_tf.export.cli": ["--export_dir", "--model_dir", "--hf_dir", "--tflite",
-                           "--classic_wordpiece"],
+    "cmlm_tf.export.cli": ["--export_dir", "--model_dir", "--hf_dir", "--import_dir",
+                           "--tflite", "--classic_wordpiece"],
     "cmlm_tf.evaluate": ["sts", "retrieval", "mining", "bias", "classify", "pcr"],
     "cmlm_tf.mine": ["--model", "--src", "--tgt", "--output"],
     "cmlm_tf.mine_hard_negatives": ["--model", "--pairs", "--num_negatives", "--range_max",
@@ -24,6 +24,7 @@ CLIS = {
     "cmlm_tf.similarity": ["--model"],
     "cmlm_tf.build_vocab": ["--input", "--vocab_size", "--type"],
     "cmlm_tf.convert_hf_bert": ["--hf_dir", "--output_dir"],
+    "cmlm_tf.import_model": ["--import_dir", "--output_dir"],
     "cmlm_tf.convert_nli": ["--by_language", "--languages"],
 }
 

@@ -19,6 +19,7 @@ PARSERS = {
     "cmlm_tf.similarity": "cmlm_tf.similarity",
     "cmlm_tf.build_vocab": "cmlm_tf.build_vocab",
     "cmlm_tf.convert_hf_bert": "cmlm_tf.convert_hf_bert",
+    "cmlm_tf.import_model": "cmlm_tf.import_model",
     "cmlm_tf.convert_nli": "cmlm_tf.convert_nli",
 }
 OPTIONAL = {name: name for name in ("experiments.run", "experiments.report",
