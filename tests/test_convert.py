@@ -374,12 +374,14 @@ def test_plain_hugging_face_folder_is_cls_pooled_and_not_normalised(tmp_path):
     assert (encoder.pooling, encoder.normalize, encoder.projection_size) == ("cls", False, 0)
 
 
-@pytest.mark.parametrize("name", ["labse_layout", "xlmr_layout"])
-def test_bitext_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name,
-                                                                      standin_golden):
-    """Convert, `python -m cmlm_tf.train` (additive-margin bitext on the bundled pairs, as
-    docs/import.md shows) and export: the run starts from the imported weights (its vectors
-    stay near the import's) and trains them (they move), with the import's tokenizer."""
+@pytest.mark.parametrize("name, experiment", [("labse_layout", "bitext"),
+                                              ("xlmr_layout", "moco")])
+def test_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name, experiment,
+                                                               standin_golden):
+    """Convert, `python -m cmlm_tf.train` (additive-margin bitext as docs/import.md shows, or
+    momentum contrast, on the bundled pairs) and export: the run starts from the imported
+    weights (its vectors stay near the import's) and trains them (they move), with the
+    import's tokenizer."""
     import subprocess
     import sys
 
@@ -389,13 +391,14 @@ def test_bitext_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, 
     warm_start = convert_hf_bert.convert(str(STANDINS / name), str(tmp_path / "imported"))
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/bitext",
+        [sys.executable, "-m", "cmlm_tf.train", f"--experiment=cmlm_tf/{experiment}",
          f"--config_file={warm_start}", "--mode=train", f"--model_dir={run_dir}",
          "--params_override=task.train_data.input_path=cmlm_tf/data/corpus/bible_en_es.tsv,"
          "task.train_data.global_batch_size=16,task.train_data.seq_length=32,"
          "trainer.train_steps=4,trainer.steps_per_loop=2,trainer.checkpoint_interval=4,"
          "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=0.0001,"
-         "trainer.optimizer_config.warmup.linear.warmup_steps=1"],
+         "trainer.optimizer_config.warmup.linear.warmup_steps=1"
+         + (",task.moco.queue_size=32" if experiment == "moco" else "")],
         cwd=REPO_DIR, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     export_lib.export(str(tmp_path / "export"), model_dir=str(run_dir))
