@@ -137,3 +137,43 @@ def test_table_in_the_op_maps_each_character_as_the_rules_say(lower_case):
              if text != f"a{bert_normalizer.normalize_character(char, lower_case)}b"]
     assert not wrong, wrong[:10]
     assert bert_normalizer.normalize_character("\U000F0000", lower_case) == ""  # private use
+
+
+def load_standin_maker():
+    """tests/data/make_st_standins.py as a module (its `labse_size_vocab` rebuilds the
+    LaBSE-size vocabulary from the committed stand-in)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_st_standins", TESTS_DIR / "data" / "make_st_standins.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ids_equal_hugging_face_at_labse_vocabulary_size(tmp_path):
+    """A cased vocabulary of LaBSE's 501,153 entries: the fast tokenizer packs the stand-in
+    texts (68 languages, 32 scripts) into the ids `transformers.BertTokenizer` gave."""
+    with gzip.open(TESTS_DIR / "data" / "st_standins_golden.json.gz", "rt",
+                   encoding="utf-8") as f:
+        golden = json.load(f)
+    maker = load_standin_maker()
+    vocab = maker.labse_size_vocab(
+        maker.standin_vocab(TESTS_DIR / "data" / "st_standins" / "labse_layout"))
+    assert len(vocab) == 501153
+    (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in vocab),
+                                        encoding="utf-8")
+    tokenizer = wordpiece(tmp_path / "vocab.txt", lower_case=False)
+    assert isinstance(tokenizer, tokenization.FastWordpieceTokenizer)
+    special = tokenization.special_token_ids(tokenizer)
+    import tensorflow as tf
+
+    packed = tokenization.tokenize_and_pack(tokenizer, special, tf.constant(golden["texts"]),
+                                            maker.MAX_SEQ_LENGTH)
+    ids = [row[:length] for row, length in zip(packed["input_word_ids"].numpy().tolist(),
+                                               packed["input_mask"].numpy().sum(1))]
+    expected = golden["labse_size_vocab"]["ids"]
+    differing = [source for source, got, want in zip(golden["sources"], ids, expected)
+                 if got != want]
+    assert not differing, differing
+    assert max(map(max, ids)) > 400000  # pieces from the far end of the vocabulary

@@ -26,6 +26,10 @@ that text in every script tokenises into real pieces:
 - `bert_sentencepiece`: multilingual-e5-small's and paraphrase-multilingual-MiniLM-L12-v2's:
   a BERT with XLM-R's SentencePiece tokenizer, mean pooling, Normalize.
 
+`labse_size_vocab` is no model: the ids of Hugging Face's cased `BertTokenizer` with a
+vocabulary of LaBSE's size (501,153 entries, `labse_size_vocab()`: the labse_layout
+stand-in's, then pieces of two of its characters), for the tokenizer at that size.
+
 The two SentencePiece stand-ins share one unigram model of 4,000 pieces learnt from the UDHR
 (NFKC normalisation, as XLM-R's).
 
@@ -45,6 +49,7 @@ import unicodedata
 
 VOCAB_SIZE = 3000
 SP_VOCAB_SIZE = 4000
+LABSE_VOCAB_SIZE = 501153  # LaBSE's cased WordPiece vocabulary
 MAX_SEQ_LENGTH = 128
 # Languages whose script no other file of the selection shares, then well-known languages.
 EXTRA = ["khm", "mal", "pes_1", "hin", "ben", "tam", "tel", "kan", "guj", "pan", "sin", "mya",
@@ -131,6 +136,47 @@ def build(udhr_dir, out_dir, name, lower_case, hidden, pooling, dense, eps, seed
     model.save(target)
     shutil.rmtree(work)
     return model, target
+
+
+def labse_size_vocab(base):
+    """A WordPiece vocabulary of LaBSE's size: `base` (the labse_layout stand-in's), then
+    every piece of two of its single characters (`xy`, then `##xy`) in code point order, up
+    to 501,153 entries. Made the same way wherever it is needed, so only the small `base`
+    is committed."""
+    chars = sorted({token for token in base if len(token) == 1 and not token.isspace()})
+    vocab, seen = list(base), set(base)
+    for first in chars:
+        for second in chars:
+            for token in (first + second, "##" + first + second):
+                if token not in seen:
+                    vocab.append(token)
+                    seen.add(token)
+                    if len(vocab) == LABSE_VOCAB_SIZE:
+                        return vocab
+    raise ValueError(f"{len(chars)} single characters give fewer than {LABSE_VOCAB_SIZE} "
+                     "entries")
+
+
+def standin_vocab(folder):
+    """A stand-in's WordPiece vocabulary in id order, from its `tokenizer.json`."""
+    with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+        ids = json.load(f)["model"]["vocab"]
+    return sorted(ids, key=ids.get)
+
+
+def labse_size_ids(out_dir, texts):
+    """`transformers.BertTokenizer`'s ids (cased, as LaBSE's) with `labse_size_vocab`."""
+    from transformers import BertTokenizer
+
+    work = os.path.join(out_dir, "_labse_size_vocab.txt")
+    with open(work, "w", encoding="utf-8") as f:
+        f.write("".join(token + "\n" for token in
+                        labse_size_vocab(standin_vocab(os.path.join(out_dir, "labse_layout")))))
+    tokenizer = BertTokenizer(vocab=work, do_lower_case=False)
+    os.remove(work)
+    assert len(tokenizer) == LABSE_VOCAB_SIZE
+    return [tokenizer(text, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]
+            for text in texts]
 
 
 def train_sentencepiece(udhr_dir, path):
@@ -225,6 +271,10 @@ def main(udhr_dir, out_dir, names=""):
             kept = json.load(f)
         assert kept["texts"] == texts, "the golden file's texts differ: rebuild every stand-in"
         golden["models"] = kept["models"]
+        if "labse_size_vocab" in kept:
+            golden["labse_size_vocab"] = kept["labse_size_vocab"]
+    if not names or "labse_size_vocab" in names.split(","):
+        golden["labse_size_vocab"] = {"ids": labse_size_ids(out_dir, texts)}
     sp_model = os.path.join(out_dir, "_sentencepiece.model")
     train_sentencepiece(udhr_dir, sp_model)
     standins = {
