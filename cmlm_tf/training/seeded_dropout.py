@@ -5,28 +5,43 @@ chunk of a batch, first without a tape and then with one; the gradient it assemb
 true one only if both passes drop the same units. `make_replayable(model)` hands every
 `tf_keras.layers.Dropout` inside `model` a random source that, inside `dropout_seed(seed)`,
 draws its mask with `tf.nn.experimental.stateless_dropout` from `seed` folded with the
-layer's index, and outside it behaves exactly as before (the layer's own generator), so
-ordinary training, evaluation and export are unchanged. Nothing is added to checkpoints.
+layer's index and with how many times the layer was called before in the block, and outside
+it behaves exactly as before (the layer's own generator), so ordinary training, evaluation
+and export are unchanged. Nothing is added to checkpoints.
+
+Two calls of one encoder in a block (two views of the same text, as SimCSE-style objectives
+take them) therefore draw different masks, and a block that replays the same calls in the
+same order draws the same ones. The counts are kept while the block's code is traced, so a
+traced block replays as a Python one does.
 """
 
 import contextlib
-from typing import Iterator, List, Optional
+import dataclasses
+from typing import Dict, Iterator, List, Optional
 
 import tensorflow as tf
 import tf_keras
 
-# The seed of the `dropout_seed` block being traced or run, if any.
-_SEED: List[Optional[tf.Tensor]] = [None]
+
+@dataclasses.dataclass
+class _Block:
+    seed: tf.Tensor  # int64 [2]
+    calls: Dict[int, int] = dataclasses.field(default_factory=dict)  # layer index -> calls
+
+
+# The `dropout_seed` block being traced or run, if any.
+_BLOCK: List[Optional[_Block]] = [None]
 
 
 @contextlib.contextmanager
 def dropout_seed(seed: tf.Tensor) -> Iterator[None]:
-    """Replayable dropout layers draw their masks from `seed` (int [2]) inside this block."""
-    previous, _SEED[0] = _SEED[0], tf.cast(seed, tf.int64)
+    """Replayable dropout layers draw their masks from `seed` (int [2]) inside this block,
+    each call of a layer its own."""
+    previous, _BLOCK[0] = _BLOCK[0], _Block(tf.cast(seed, tf.int64))
     try:
         yield
     finally:
-        _SEED[0] = previous
+        _BLOCK[0] = previous
 
 
 class _ReplayableSource:
@@ -37,11 +52,16 @@ class _ReplayableSource:
         self._index = index
 
     def replay_seed(self) -> Optional[tf.Tensor]:
-        """This layer's seed inside `dropout_seed`: the block's seed folded with the layer's
-        index; None outside."""
-        if _SEED[0] is None:
+        """The seed of this call of the layer inside `dropout_seed` (and counts the call):
+        the block's seed folded with the layer's index, then, from the layer's second call in
+        the block on, with the number of calls before; None outside."""
+        block = _BLOCK[0]
+        if block is None:
             return None
-        return tf.random.experimental.stateless_fold_in(_SEED[0], self._index)
+        call = block.calls.get(self._index, 0)
+        block.calls[self._index] = call + 1
+        seed = tf.random.experimental.stateless_fold_in(block.seed, self._index)
+        return tf.random.experimental.stateless_fold_in(seed, call) if call else seed
 
     def dropout(self, inputs, rate, noise_shape=None):
         layer_seed = self.replay_seed()
@@ -56,9 +76,9 @@ class _ReplayableSource:
 
 def seed_for(layer: tf_keras.layers.Dropout) -> tf.Tensor:
     """The seed (int64 [2]) of a mask that `layer`'s rate applies elsewhere (an attention core
-    that draws its own mask, `cmlm_tf.training.lean_layers`): inside `dropout_seed`, the
-    block's seed folded with the layer's index, as the layer itself would draw it (a replay
-    gets the same one); otherwise a fresh one from the global random state."""
+    that draws its own mask, `cmlm_tf.training.lean_layers`), for one call of the layer:
+    inside `dropout_seed`, the seed the layer itself would draw with (a replay gets the same
+    one); otherwise a fresh one from the global random state."""
     source = getattr(layer, "_random_generator", None)
     seed = source.replay_seed() if isinstance(source, _ReplayableSource) else None
     if seed is None:
