@@ -243,14 +243,14 @@ def test_only_a_bounded_sample_is_read_before_training(tmp_path):
 
 
 def test_malformed_counts_reach_tensorboard(tmp_path):
-    from cmlm_tf import train
+    from cmlm_tf import runner
 
     path = _write_tsv(tmp_path / "pairs.tsv", [b"no tab", b"the dog\tel perro", b"\tempty"])
     records.REPORTS.clear()
     pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False,
                                     field="task.train_data.input_path"))
     assert len(pairs) == 1
-    train.report_malformed_records(str(tmp_path / "run"), step=7)
+    runner.report_malformed_records(str(tmp_path / "run"), step=7)
     assert not records.REPORTS  # read once
     (events,) = tf.io.gfile.glob(str(tmp_path / "run" / "train" / "events.out.tfevents.*"))
     scalars = {(value.tag, event.step): float(tf.make_ndarray(value.tensor))

@@ -22,7 +22,7 @@ class FakeClock:
 def test_heartbeat_comes_every_interval_within_one_long_loop():
     """One loop of 20,000 steps at 0.05 s a step (1,000 s): a line at most every 30 s of
     wall time, each in the documented format, and one at the loop's end."""
-    from cmlm_tf.train import Heartbeat, _duration
+    from cmlm_tf.runner import Heartbeat, _duration
 
     clock, lines, times = FakeClock(), [], []
     heartbeat = Heartbeat(20000, 32, clock=clock,
@@ -50,7 +50,7 @@ def test_heartbeat_comes_every_interval_within_one_long_loop():
 
 
 def test_heartbeat_prints_at_every_loop_end_even_when_fast():
-    from cmlm_tf.train import Heartbeat
+    from cmlm_tf.runner import Heartbeat
 
     clock, lines = FakeClock(), []
     heartbeat = Heartbeat(30, 8, clock=clock, log=lines.append)
@@ -195,7 +195,7 @@ def test_a_long_run_gives_its_eta_a_chunk_after_the_compiling_step():
     """2,000 steps at 4 s a step after a 33 s first step (docs/bitext.md's MiniLM fine-tune
     on 2 cores): the rate and the ETA come as soon as one chunk's 3 s are measured, not a
     15 s heartbeat interval later."""
-    from cmlm_tf.train import Heartbeat
+    from cmlm_tf.runner import Heartbeat
 
     clock, lines = FakeClock(), []
     heartbeat = Heartbeat(2000, 32, clock=clock,

@@ -220,7 +220,7 @@ def test_the_end_of_training_does_not_wait_for_the_input_to_close():
     import threading
     import types
 
-    from cmlm_tf import train
+    from cmlm_tf import runner as runner_lib
 
     started, proceed, finished = threading.Event(), threading.Event(), threading.Event()
 
@@ -231,7 +231,7 @@ def test_the_end_of_training_does_not_wait_for_the_input_to_close():
             finished.set()
 
     runner = types.SimpleNamespace(trainer=types.SimpleNamespace(_train_iter=SlowIterator()))
-    release = train._runner_class()._close_train_input(runner)
+    release = runner_lib.Runner._close_train_input(runner)
     assert runner.trainer._train_iter is None
     assert started.wait(timeout=60)
     assert not finished.is_set(), "the driver waited for the input to close"
