@@ -162,7 +162,6 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
     from official.modeling import performance
 
     from cmlm_tf import disk, run_dir, runner
-    from cmlm_tf.data import pipeline
     from cmlm_tf.training import steps
 
     if mode not in MODES:
@@ -205,8 +204,9 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             # run (no step left to train) reads none of it, so it skips nothing.
             resume_step = start_step if training and \
                 start_step < params.trainer.train_steps else 0
-            with strategy.scope(), pipeline.resuming_at(resume_step):
-                task = task_factory.get_task(params.task, logging_dir=model_dir)
+            with strategy.scope():
+                task = task_factory.get_task(params.task, logging_dir=model_dir,
+                                             resume_step=resume_step)
                 if runtime.enable_xla:
                     steps.compile_steps(task, runtime)
                 trainer = train_utils.create_trainer(

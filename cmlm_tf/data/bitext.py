@@ -278,8 +278,10 @@ def bitext_sentences(data_config, field: str = "task.train_data") -> Iterator[st
 
 
 def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.TokenizerConfig,
-                   input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
-    """The dual-encoder input pipeline: batched, tokenised pairs with static shapes."""
+                   input_context=None, field: str = "task.train_data",
+                   resume_step: int = 0) -> tf.data.Dataset:
+    """The dual-encoder input pipeline: batched, tokenised pairs with static shapes (in
+    training, from `resume_step`'s batch on)."""
     if data_config.num_hard_negatives < 0:
         raise ValueError(f"{field}.num_hard_negatives must be >= 0, got "
                          f"{data_config.num_hard_negatives}")
@@ -290,4 +292,5 @@ def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.Toke
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
                         seed=data_config.seed, field=f"{field}.input_path")
     return pipeline.batch_and_featurize(pairs, data_config, featurizer,
-                                        input_context=input_context, field=field)
+                                        input_context=input_context, field=field,
+                                        resume_step=resume_step)

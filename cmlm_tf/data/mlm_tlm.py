@@ -108,8 +108,9 @@ class MLMTLMFeaturizer(masking.MaskingFeaturizer):
 
 def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
                     tokenizer_config: configs.TokenizerConfig, input_context=None,
-                    field: str = "task.train_data") -> tf.data.Dataset:
-    """The MLM + TLM pipeline: text from `data_config`, pairs from `bitext_config`."""
+                    field: str = "task.train_data", resume_step: int = 0) -> tf.data.Dataset:
+    """The MLM + TLM pipeline: text from `data_config`, pairs from `bitext_config` (in
+    training, from `resume_step`'s batch on)."""
     fraction = data_config.tlm_fraction
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"{field}.tlm_fraction must be in [0, 1], got {fraction}")
@@ -142,4 +143,4 @@ def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
                                   seed=data_config.seed)
     return pipeline.batch_and_featurize(examples, data_config, featurizer,
                                         input_context=input_context, field=field,
-                                        with_batch_index=True)
+                                        with_batch_index=True, resume_step=resume_step)

@@ -309,8 +309,10 @@ def nli_files(data_config: NLIDataConfig, field: str) -> NLIStats:
 
 
 def nli_dataset(data_config: NLIDataConfig, tokenizer_config: configs.TokenizerConfig,
-                input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
-    """The NLI input pipeline: batched, tokenised pairs with static shapes."""
+                input_context=None, field: str = "task.train_data",
+                resume_step: int = 0) -> tf.data.Dataset:
+    """The NLI input pipeline: batched, tokenised pairs with static shapes (in training,
+    from `resume_step`'s batch on)."""
     stats = nli_files(data_config, field)
     examples = read_nli(stats.files, data_config.cross_lingual, input_context=input_context,
                         is_training=bool(data_config.is_training),
@@ -318,4 +320,4 @@ def nli_dataset(data_config: NLIDataConfig, tokenizer_config: configs.TokenizerC
                         seed=data_config.seed, field=f"{field}.input_path")
     return pipeline.batch_and_featurize(
         examples, data_config, NLIFeaturizer(tokenizer_config, data_config.seq_length),
-        input_context=input_context, field=field)
+        input_context=input_context, field=field, resume_step=resume_step)

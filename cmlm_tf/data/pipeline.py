@@ -6,38 +6,25 @@ two the same way for every objective, and `is_deterministic` is the one rule for
 `tf.data` stages must keep their order.
 
 A resumed training continues the data where it stopped: `train.run` reads the step of the
-checkpoint it restores and builds the training input inside `resuming_at(step)`, and every
-training pipeline then skips the examples of the batches already trained on, before they are
-tokenised, and numbers its batches from there (the per-batch masking seeds stay those of an
-uninterrupted run). With a `seed`, the resumed run sees exactly the batches an uninterrupted
-run would have seen; without one, the order is random anyway and the skip keeps a resumed
-run from starting over at the head of the files.
+checkpoint it restores and hands it to the task (`SentenceTask(resume_step=...)`), whose
+readers pass it here as `resume_step`; every training pipeline then skips the examples of
+the batches already trained on, before they are tokenised, and numbers its batches from
+there (the per-batch masking seeds stay those of an uninterrupted run). With a `seed`, the
+resumed run sees exactly the batches an uninterrupted run would have seen; without one, the
+order is random anyway and the skip keeps a resumed run from starting over at the head of
+the files.
 """
 
-import contextlib
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 from absl import logging
 
-# The step training resumes from, while `resuming_at` builds the training input.
-_RESUME_STEP = [0]
 
-
-@contextlib.contextmanager
-def resuming_at(step: int) -> Iterator[None]:
-    """Training pipelines built inside this start after `step` steps' worth of batches."""
-    previous, _RESUME_STEP[0] = _RESUME_STEP[0], int(step)
-    try:
-        yield
-    finally:
-        _RESUME_STEP[0] = previous
-
-
-def batches_to_skip(input_context=None) -> int:
-    """Batches this input pipeline has already produced at the resume step: one per replica
-    it feeds, per step."""
-    step = _RESUME_STEP[0]
+def batches_to_skip(step: int, input_context=None) -> int:
+    """Batches this input pipeline had produced by training step `step`: one per replica it
+    feeds, per step."""
+    step = int(step)
     if not step or not input_context:
         return step
     return step * input_context.num_replicas_in_sync // input_context.num_input_pipelines
@@ -51,7 +38,8 @@ def is_deterministic(seed: Optional[int], is_training: bool) -> bool:
 
 def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Callable,
                         input_context=None, field: str = "task.train_data",
-                        with_batch_index: bool = False) -> tf.data.Dataset:
+                        with_batch_index: bool = False,
+                        resume_step: int = 0) -> tf.data.Dataset:
     """Batches `examples`, maps `featurize` over the batches in parallel, and prefetches.
 
     Args:
@@ -64,6 +52,8 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
         featurize: batch -> dict of tensors; with `with_batch_index`, (batch, index) where
             index is the int64 position of the batch in the stream (for per-batch seeds).
         field: where `data_config` sits in the experiment, for error messages.
+        resume_step: the training step a resumed run starts from: a training pipeline
+            starts after the batches of the steps before it.
 
     Raises:
         ValueError: `global_batch_size` is not positive, or the last batch is to be padded
@@ -75,7 +65,7 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     is_training = bool(data_config.is_training)
-    skip = batches_to_skip(input_context) if is_training else 0
+    skip = batches_to_skip(resume_step, input_context) if is_training else 0
     if skip:
         logging.info("%s: resuming the input after %d batches (%d examples skipped)", field,
                      skip, skip * batch_size)

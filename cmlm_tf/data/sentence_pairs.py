@@ -125,8 +125,10 @@ class ConditionalMLMFeaturizer(masking.MaskingFeaturizer):
 
 
 def cmlm_dataset(data_config: CMLMDataConfig, tokenizer_config: configs.TokenizerConfig,
-                 input_context=None, field: str = "task.train_data") -> tf.data.Dataset:
-    """The CMLM input pipeline for `task.train_data` / `task.validation_data` (`field`)."""
+                 input_context=None, field: str = "task.train_data",
+                 resume_step: int = 0) -> tf.data.Dataset:
+    """The CMLM input pipeline for `task.train_data` / `task.validation_data` (`field`; in
+    training, from `resume_step`'s batch on)."""
     files = list_files(data_config.input_path, field=f"{field}.input_path")
     stats = scan_corpus(files, field=f"{field}.input_path")
     logging.info("CMLM corpus: %d files; %s %d lines: %d documents, %d sentence pairs, %d "
@@ -143,4 +145,5 @@ def cmlm_dataset(data_config: CMLMDataConfig, tokenizer_config: configs.Tokenize
                            seed=data_config.seed)
     return pipeline.batch_and_featurize(
         pairs, data_config, lambda pair, index: featurizer(pair[0], pair[1], index),
-        input_context=input_context, field=field, with_batch_index=True)
+        input_context=input_context, field=field, with_batch_index=True,
+        resume_step=resume_step)

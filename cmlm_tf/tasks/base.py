@@ -122,11 +122,17 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
     A SentencePiece tokenizer without `sp_model_file` uses the run's `MODEL_DIR/sp.model`
     (`with_run_sentencepiece`); a task that can learn one says from what text in
     `sentencepiece_corpus`, and the driver learns it before the run starts.
+
+    `resume_step`: the step of the checkpoint a resumed run restores (the driver passes it);
+    `build_inputs` hands it to its readers, whose training pipelines start after the batches
+    of the steps before it.
     """
 
-    def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None):
+    def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None,
+                 resume_step: int = 0):
         super().__init__(with_run_sentencepiece(params, logging_dir), logging_dir=logging_dir,
                          name=name)
+        self.resume_step = int(resume_step)
 
     @classmethod
     def sentencepiece_corpus(cls, task_config) -> Optional[Tuple[Iterable[str], int]]:

@@ -123,7 +123,8 @@ class BgtTask(base.SentenceTask):
                      input_context=None) -> tf.data.Dataset:
         field = base.data_field(params)
         return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
-                                     input_context=input_context, field=field)
+                                     input_context=input_context, field=field,
+                                     resume_step=self.resume_step)
 
     def kl_weight(self) -> tf.Tensor:
         """beta at this training step; 1 outside training (evaluation reports the ELBO)."""

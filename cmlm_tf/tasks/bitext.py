@@ -60,7 +60,8 @@ class BitextTask(base.SentenceTask):
                      input_context=None) -> tf.data.Dataset:
         field = base.data_field(params)
         return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
-                                     input_context=input_context, field=field)
+                                     input_context=input_context, field=field,
+                                     resume_step=self.resume_step)
 
     def compute_losses(self, inputs, outputs):
         return margin_softmax.ranking_losses(self.task_config.margin_softmax, inputs, outputs)

@@ -50,7 +50,8 @@ class CMLMTask(base.SentenceTask):
                      input_context=None) -> tf.data.Dataset:
         field = base.data_field(params)
         return sentence_pairs.cmlm_dataset(params, self.task_config.model.tokenizer,
-                                           input_context=input_context, field=field)
+                                           input_context=input_context, field=field,
+                                           resume_step=self.resume_step)
 
     def compute_losses(self, inputs, outputs):
         loss = masked_lm_loss(inputs, outputs["mlm_logits"])

@@ -77,11 +77,12 @@ class CMLMBitextTask(base.SentenceTask):
         tokenizer = self.task_config.model.tokenizer
         field = base.data_field(params)
         text = sentence_pairs.cmlm_dataset(params, tokenizer, input_context=input_context,
-                                           field=field)
+                                           field=field, resume_step=self.resume_step)
         if not params.is_training:
             return text.map(lambda batch: {"cmlm": batch})
         pairs = bitext.bitext_dataset(self.task_config.bitext_data, tokenizer,
-                                      input_context=input_context, field="task.bitext_data")
+                                      input_context=input_context, field="task.bitext_data",
+                                      resume_step=self.resume_step)
         return tf.data.Dataset.zip((text, pairs)).map(
             lambda text_batch, pair_batch: {"cmlm": text_batch, "bitext": pair_batch})
 

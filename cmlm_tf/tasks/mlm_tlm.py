@@ -96,7 +96,8 @@ class MLMTLMTask(base.SentenceTask):
         field = base.data_field(params)
         return mlm_tlm.mlm_tlm_dataset(params, self.task_config.bitext_data,
                                        self.task_config.model.tokenizer,
-                                       input_context=input_context, field=field)
+                                       input_context=input_context, field=field,
+                                       resume_step=self.resume_step)
 
     def compute_losses(self, inputs, outputs):
         loss = masked_lm_loss(inputs, outputs["mlm_logits"])

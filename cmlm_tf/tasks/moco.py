@@ -157,11 +157,12 @@ class MomentumContrastTask(base.SentenceTask):
         field = base.data_field(params)
         tokenizer = self.task_config.model.tokenizer
         pairs = bitext.bitext_dataset(params, tokenizer, input_context=input_context,
-                                      field=field)
+                                      field=field, resume_step=self.resume_step)
         if not (params.is_training and self.task_config.nli_data.input_path):
             return pairs
         examples = nli_inputs.nli_dataset(self.task_config.nli_data, tokenizer,
-                                        input_context=input_context, field="task.nli_data")
+                                        input_context=input_context, field="task.nli_data",
+                                        resume_step=self.resume_step)
         return tf.data.Dataset.zip((pairs, examples)).map(
             lambda pair_batch, nli_batch: dict(pair_batch, nli=nli_batch))
 

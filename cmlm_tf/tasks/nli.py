@@ -65,7 +65,8 @@ class NLITask(base.SentenceTask):
     def build_inputs(self, params: nli.NLIDataConfig, input_context=None) -> tf.data.Dataset:
         field = base.data_field(params)
         return nli.nli_dataset(params, self.task_config.model.tokenizer,
-                               input_context=input_context, field=field)
+                               input_context=input_context, field=field,
+                               resume_step=self.resume_step)
 
     def compute_losses(self, inputs, outputs):
         losses = nli_losses(inputs["label"], outputs["logits"])
