@@ -6,6 +6,6 @@
 - `pair_classification`: NLI cross-entropy over [u, v, |u − v|, u ∗ v] logits;
 - `gaussian_kl`, `sequence_nll`: the KL and reconstruction / translation terms of BGT.
 
-The all-gather behind global-batch negatives lives with the other training mechanics in
-`cmlm_tf.training`.
+The all-gather behind global-batch negatives is `cmlm_tf.distributed`, a floor below: no loss
+imports `cmlm_tf.training`.
 """

@@ -30,7 +30,7 @@ import tensorflow as tf
 import tf_keras
 from official.modeling import hyperparams
 
-from cmlm_tf.training import cross_replica
+from cmlm_tf import distributed
 from cmlm_tf.vectors import l2_normalize
 
 
@@ -111,7 +111,7 @@ def additive_margin_softmax_loss(
     target = l2_normalize(target, tf.float32)
     local_batch = tf.shape(source)[0]
     if cross_replica_negatives:
-        gather, offset = cross_replica.all_gather, cross_replica.replica_offset(local_batch)
+        gather, offset = distributed.all_gather, distributed.replica_offset(local_batch)
     else:
         gather, offset = tf.identity, tf.constant(0, tf.int32)
     labels = offset + tf.range(local_batch)

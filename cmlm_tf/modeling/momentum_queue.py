@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf.training.cross_replica import all_gather
+from cmlm_tf.distributed import all_gather
 
 _REPLICATED = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_WRITE,
                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)

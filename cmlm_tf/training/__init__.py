@@ -5,7 +5,11 @@
   `compile_steps`, which compiles them with XLA (`runtime.enable_xla`);
 - `gradient_cache`: the cached-gradient computation behind chunked ranking (GradCache);
 - `seeded_dropout`: dropout whose masks a second pass over the same chunk can replay;
-- `cross_replica`: the all-gather behind losses with global-batch negatives.
+- `lean_layers`: attention cores and feed-forward activations that recompute their largest
+  intermediates in the backward pass.
+
+The all-gather behind losses with global-batch negatives is `cmlm_tf.distributed`, below
+`losses/` and `modeling/`.
 
 Tasks (`cmlm_tf.tasks`) say what to compute; this package says how one step updates the
 weights from it. Nothing here knows an objective.

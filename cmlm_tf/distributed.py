@@ -1,4 +1,8 @@
-"""Gathering per-replica tensors into the global batch, for losses with shared negatives."""
+"""Gathering per-replica tensors into the global batch, for losses with shared negatives
+(`losses/margin_softmax`) and queues filled from every replica (`modeling/momentum_queue`).
+
+Below `losses/`, `modeling/` and `training/`, which all read it: a loss never imports the
+training package."""
 
 import tensorflow as tf
 
