@@ -82,3 +82,18 @@ def test_no_class_is_defined_inside_a_function():
                 nested += [f"{name}.{node.name}: class {inner.name}"
                            for inner in ast.walk(node) if isinstance(inner, ast.ClassDef)]
     assert not nested, nested
+
+
+def test_no_task_overrides_the_train_step():
+    """Tasks shape the one train step through `ranked_part`, `forward_pass` and
+    `assemble_outputs` (docs/architecture.md, "A new objective")."""
+    overriding = []
+    for name, path in _modules().items():
+        if not name.startswith("cmlm_tf.tasks.") or name == "cmlm_tf.tasks.base":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                overriding += [f"{name}.{node.name}" for item in node.body
+                               if isinstance(item, ast.FunctionDef)
+                               and item.name == "train_step"]
+    assert not overriding, overriding

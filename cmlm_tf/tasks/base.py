@@ -3,7 +3,7 @@ metrics read from that dict, warm starts and the run's SentencePiece model. How 
 the losses into an update lives in `cmlm_tf.training.steps`."""
 
 import os
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -97,9 +97,35 @@ class _SentenceSteps(base_task.Task):
         self.update_metrics(metrics, labels, model_outputs,
                             self.compute_losses(labels, model_outputs))
 
+    def ranked_part(self, inputs, model: tf_keras.Model) -> Optional[steps.RankedPart]:
+        """The rows of `inputs` whose loss ranks each against every other (translation
+        ranking), for the train step to embed apart: in chunks with cached gradients when
+        the part's `chunk_size` asks (the same update, with memory that follows the chunk).
+        None (the default): no such part."""
+        return None
+
+    def forward_pass(self, inputs, model: tf_keras.Model, optimizer,
+                     ranked: Optional[steps.RankedPart]) -> Optional[Callable[[], Any]]:
+        """() -> the training outputs other than `ranked`'s embeddings, in training mode; None
+        when `ranked` is the whole forward pass. Default: the model on `inputs` without a
+        ranked part, None with one."""
+        if ranked is not None:
+            return None
+        return lambda: model(inputs, training=True)
+
+    def assemble_outputs(self, other, embeddings):
+        """The outputs `compute_losses` takes, from `forward_pass`'s outputs and the ranked
+        part's embeddings (each None where there is none). Default: the one there is."""
+        return embeddings if other is None else other
+
     def train_step(self, inputs, model: tf_keras.Model, optimizer, metrics=None):
+        """One update, the same for every task: `steps.train_step` over this task's
+        `forward_pass`, `ranked_part` and `assemble_outputs`. Tasks override those hooks,
+        not this."""
+        ranked = self.ranked_part(inputs, model)
         return steps.train_step(self, inputs, model, optimizer, metrics,
-                                forward=lambda: model(inputs, training=True))
+                                forward=self.forward_pass(inputs, model, optimizer, ranked),
+                                ranked=ranked, assemble=self.assemble_outputs)
 
     def validation_step(self, inputs, model: tf_keras.Model, metrics=None):
         return steps.validation_step(self, inputs, model, metrics)

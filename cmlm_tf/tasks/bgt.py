@@ -98,11 +98,6 @@ def bgt_experiment() -> cfg.ExperimentConfig:
 class BgtTask(base.SentenceTask):
     """Trains BGT on translation pairs; the exported encoder is the semantic encoder."""
 
-    def __init__(self, params: BgtTaskConfig, logging_dir: Optional[str] = None,
-                 name: Optional[str] = None):
-        super().__init__(params, logging_dir=logging_dir, name=name)
-        self._train_step_counter = None
-
     @classmethod
     def sentencepiece_corpus(cls, task_config: BgtTaskConfig):
         """Both sides of `task.train_data`'s pairs, at most `task.sp_vocab_size` pieces."""
@@ -126,12 +121,20 @@ class BgtTask(base.SentenceTask):
                                      input_context=input_context, field=field,
                                      resume_step=self.resume_step)
 
-    def kl_weight(self) -> tf.Tensor:
-        """beta at this training step; 1 outside training (evaluation reports the ELBO)."""
-        if self._train_step_counter is None or not self.task_config.bgt.prior:
+    def kl_weight(self, step: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """beta at training step `step`; 1 without one (evaluation reports the ELBO)."""
+        if step is None or not self.task_config.bgt.prior:
             return tf.constant(float(self.task_config.bgt.prior))
-        return gaussian_kl.kl_weight(self._train_step_counter,
-                                     self.task_config.bgt.kl_anneal_steps)
+        return gaussian_kl.kl_weight(step, self.task_config.bgt.kl_anneal_steps)
+
+    def forward_pass(self, inputs, model: tf_keras.Model, optimizer, ranked):
+        """The model's outputs with `kl_weight`, the annealed beta of this step."""
+        def forward():
+            outputs = dict(model(inputs, training=True))
+            outputs["kl_weight"] = self.kl_weight(optimizer.iterations)
+            return outputs
+
+        return forward
 
     def compute_losses(self, inputs, outputs):
         options = self.task_config.bgt
@@ -147,7 +150,7 @@ class BgtTask(base.SentenceTask):
         reconstruction = summed_nll(bgt.RECONSTRUCTION_DECODERS, 0.0)
         translation = summed_nll(bgt.TRANSLATION_DECODERS, options.label_smoothing)
         kl = tf.reduce_mean(tf.add_n(list(outputs["kl"].values())))
-        beta = self.kl_weight()
+        beta = outputs["kl_weight"] if "kl_weight" in outputs else self.kl_weight()
         means = tf.concat([outputs["semantic"][side]["mean"] for side in bgt.SIDES], axis=0)
         return {
             "loss": reconstruction + beta * kl + translation,
@@ -158,13 +161,6 @@ class BgtTask(base.SentenceTask):
             "elbo_loss": reconstruction + kl,
             "active_units": bgt.active_units(means, options.active_unit_threshold),
         }
-
-    def train_step(self, inputs, model: tf_keras.Model, optimizer, metrics=None):
-        self._train_step_counter = optimizer.iterations
-        try:
-            return super().train_step(inputs, model, optimizer, metrics=metrics)
-        finally:
-            self._train_step_counter = None
 
     def build_metrics(self, training: Optional[bool] = None):
         return [tf_keras.metrics.Mean(name=name) for name in BGT_METRICS]

@@ -69,10 +69,11 @@ class BitextTask(base.SentenceTask):
     def build_metrics(self, training: Optional[bool] = None):
         return [tf_keras.metrics.Mean(name=name) for name in margin_softmax.METRICS]
 
-    def train_step(self, inputs, model: tf_keras.Model, optimizer, metrics=None):
-        """With `task.margin_softmax.mini_batch_size`, the pairs are embedded in chunks with
-        cached gradients: the same update, with memory that follows the chunk."""
-        return steps.train_step(self, inputs, model, optimizer, metrics, ranked=steps.RankedPart(
+    def ranked_part(self, inputs, model: tf_keras.Model) -> steps.RankedPart:
+        """Every pair, embedded in chunks of `task.margin_softmax.mini_batch_size` with
+        cached gradients when it is set."""
+        return steps.RankedPart(
             inputs, lambda part: model(part, training=True),
             batch_size=inputs["source"]["input_word_ids"].shape[0],
-            chunk_size=self.task_config.margin_softmax.mini_batch_size))
+            chunk_size=self.task_config.margin_softmax.mini_batch_size,
+            field="task.margin_softmax.mini_batch_size")

@@ -96,22 +96,25 @@ class CMLMBitextTask(base.SentenceTask):
                           loss=mlm_loss + self.task_config.bitext_weight * ranking["loss"])
         return losses
 
-    def train_step(self, inputs, model: CMLMBitextModel, optimizer, metrics=None):
-        """The ranking part's pairs are embedded apart, in chunks with cached gradients under
-        `task.margin_softmax.mini_batch_size` (the CMLM part with an ordinary tape): the
-        same update."""
+    def ranked_part(self, inputs, model: CMLMBitextModel) -> Optional[steps.RankedPart]:
+        """The ranking part's pairs, embedded apart, in chunks with cached gradients under
+        `task.margin_softmax.mini_batch_size` (the CMLM part with an ordinary tape)."""
         if "bitext" not in inputs:
-            return super().train_step(inputs, model, optimizer, metrics)
+            return None
         pairs = inputs["bitext"]
-        return steps.train_step(
-            self, inputs, model, optimizer, metrics,
-            forward=lambda: dict(model.cmlm(inputs["cmlm"], training=True)),
-            ranked=steps.RankedPart(
-                pairs, lambda part: dual_encoder.encode_pairs(model.encoder, part,
-                                                              training=True),
-                batch_size=pairs["source"]["input_word_ids"].shape[0],
-                chunk_size=self.task_config.margin_softmax.mini_batch_size),
-            assemble=lambda cmlm, embeddings: dict(cmlm, bitext=embeddings))
+        return steps.RankedPart(
+            pairs, lambda part: dual_encoder.encode_pairs(model.encoder, part, training=True),
+            batch_size=pairs["source"]["input_word_ids"].shape[0],
+            chunk_size=self.task_config.margin_softmax.mini_batch_size,
+            field="task.margin_softmax.mini_batch_size")
+
+    def forward_pass(self, inputs, model: CMLMBitextModel, optimizer, ranked):
+        if ranked is None:
+            return super().forward_pass(inputs, model, optimizer, ranked)
+        return lambda: dict(model.cmlm(inputs["cmlm"], training=True))
+
+    def assemble_outputs(self, other, embeddings):
+        return other if embeddings is None else dict(other, bitext=embeddings)
 
     def build_metrics(self, training: Optional[bool] = None):
         metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="masked_lm_accuracy"),

@@ -2,8 +2,8 @@
 
 One train step serves every objective. A task hands it the forward pass of its model and,
 where its loss ranks every row of the batch against every other (translation ranking), that
-part separately as a `RankedPart`: those rows are embedded in chunks of
-`task.margin_softmax.mini_batch_size` with cached gradients (`gradient_cache`), so memory
+part separately as a `RankedPart`: those rows are embedded in chunks of the size the task
+configures with cached gradients (`gradient_cache`), so memory
 follows the chunk and not the batch, and the update stays the one of a single tape. Without
 a chunk size the ranked rows form one chunk, which is embedded once under the step's own
 tape: the ordinary step.
@@ -35,14 +35,14 @@ class RankedPart:
             [rows, dim] embeddings, in training mode.
         batch_size: the examples per replica in `features`.
         chunk_size: examples per chunk; 0 (or `batch_size`) embeds them in one chunk.
-        field: the config field of `chunk_size`, for errors.
+        field: the task's config field of `chunk_size`, for errors.
     """
 
     features: Any
     embed: Callable[[Any], Dict[str, tf.Tensor]]
     batch_size: int
-    chunk_size: int = 0
-    field: str = "task.margin_softmax.mini_batch_size"
+    chunk_size: int
+    field: str
 
     @property
     def num_chunks(self) -> int:
