@@ -439,12 +439,12 @@ def _plain(value) -> str:
     return f"{number:.6g}"
 
 
-def report_malformed_records(model_dir: str, step: int) -> None:
+def report_malformed_records(model_dir: str, step: int, reports: list) -> None:
     """Logs how many malformed records the input pipelines skipped and writes each count
     as a `input/malformed_records/<field>` summary (TensorBoard, under `model_dir/train`)."""
     from cmlm_tf.data import records
 
-    totals = records.log_totals()
+    totals = records.log_totals(reports)
     if not totals or not is_chief():
         return
     with tf.summary.create_file_writer(os.path.join(model_dir, "train")).as_default():

@@ -227,7 +227,8 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             tf_keras.mixed_precision.set_global_policy(previous_policy)
         if training:
             with disk.reporting_disk_full(model_dir):
-                runner.report_malformed_records(model_dir, int(trainer.global_step.numpy()))
+                runner.report_malformed_records(model_dir, int(trainer.global_step.numpy()),
+                                                task.malformed_reports)
             logging.info("finished: step %d in %s (%.0f s); latest checkpoint %s",
                          int(trainer.global_step.numpy()), model_dir,
                          time.perf_counter() - started,

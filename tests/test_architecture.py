@@ -97,3 +97,55 @@ def test_no_task_overrides_the_train_step():
                                if isinstance(item, ast.FunctionDef)
                                and item.name == "train_step"]
     assert not overriding, overriding
+
+
+def _module_level_names(tree) -> set:
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def _package_aliases(tree, modules) -> set:
+    """Names a module binds to modules of the package (`from cmlm_tf.data import pipeline`,
+    `import cmlm_tf.train as train`)."""
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cmlm_tf"):
+            aliases.update(alias.asname or alias.name for alias in node.names
+                           if f"{node.module}.{alias.name}" in modules)
+        elif isinstance(node, ast.Import):
+            aliases.update(alias.asname for alias in node.names
+                           if alias.asname and alias.name in modules)
+    return aliases
+
+
+def test_no_module_state_is_written_at_run_time():
+    """Parameters travel as arguments: no `global` statement, no function that assigns into
+    a module-level variable of its own module (`_STATE[0] = ...`), and no assignment to
+    another package module's attributes (`pipeline.RESUME = ...`)."""
+    modules = _modules()
+    found = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own, others = _module_level_names(tree), _package_aliases(tree, modules)
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Global):
+                    found.append(f"{name}.{function.name}: global {', '.join(node.names)}")
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, ast.AugAssign) else []
+                for target in targets:
+                    for part in ast.walk(target):
+                        if not (isinstance(part, (ast.Subscript, ast.Attribute))
+                                and isinstance(part.value, ast.Name)):
+                            continue
+                        if part.value.id in own or (isinstance(part, ast.Attribute)
+                                                    and part.value.id in others):
+                            found.append(f"{name}.{function.name}: assigns into "
+                                         f"{part.value.id} (line {node.lineno})")
+    assert not found, found

@@ -203,29 +203,30 @@ def test_tsv_reader_counts_and_skips_malformed_lines(tmp_path, caplog):
     stats = bitext.scan_bitext([str(path)], "tsv")
     # Line 4 has more columns than configured: a tab inside a text would shift the fields.
     assert (stats.records, stats.pairs, stats.malformed, stats.complete) == (7, 2, 5, True)
-    records.REPORTS.clear()
+    reports = []
     pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False,
-                                    field="task.train_data.input_path").as_numpy_iterator())
+                                    field="task.train_data.input_path",
+                                    reports=reports).as_numpy_iterator())
     assert [(p["source"].decode(), p["target"].decode()) for p in pairs] == [
         ("the dog", "el perro"), ("red car", "coche rojo")]
     # The pipeline itself counts and explains what it skipped, with file and line.
-    (report,) = records.REPORTS
+    (report,) = reports
     assert report.count == 5 and report.field == "task.train_data.input_path"
     assert [e.split(": ", 1)[0].rsplit(" ", 1)[1] for e in report.examples] == [
         "2", "3", "4", "5", "6"]
     assert "pairs.tsv line 4: 4 fields, expected exactly 2 (more columns" in report.examples[2]
     assert "pairs.tsv line 5: field 1 is not valid UTF-8" in report.examples[3]
     with caplog.at_level(logging.WARNING):
-        assert records.log_totals() == [
+        assert records.log_totals(reports) == [
             ("bitext record", "task.train_data.input_path", 5)]
-    assert "5 malformed bitext records skipped in all" in caplog.text
+    assert "5 malformed bitext records skipped in all" in caplog.text and not reports
     with_negatives = list(bitext.read_bitext([str(path)], "tsv", num_hard_negatives=2,
-                                             is_training=False).as_numpy_iterator())
+                                             is_training=False,
+                                             reports=reports).as_numpy_iterator())
     assert len(with_negatives) == 1
     assert list(with_negatives[0]["hard_negatives"]) == [b"neg one", b"neg two"]
     assert bitext.scan_bitext([str(path)], "tsv", num_hard_negatives=2).pairs == 1
-    assert records.REPORTS[-1].count == 6
-    records.REPORTS.clear()
+    assert reports[-1].count == 6
 
 
 def test_only_a_bounded_sample_is_read_before_training(tmp_path):
@@ -237,21 +238,21 @@ def test_only_a_bounded_sample_is_read_before_training(tmp_path):
                                          r"20 records read, 20 malformed; first: 1 field"):
         bitext.scan_bitext([str(path)], "tsv", limit=20)
     # The pipeline still reads the whole corpus.
-    pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False))
-    assert len(pairs) == 5 and records.REPORTS[-1].count == 30
-    records.REPORTS.clear()
+    reports = []
+    pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False, reports=reports))
+    assert len(pairs) == 5 and reports[-1].count == 30
 
 
 def test_malformed_counts_reach_tensorboard(tmp_path):
     from cmlm_tf import runner
 
     path = _write_tsv(tmp_path / "pairs.tsv", [b"no tab", b"the dog\tel perro", b"\tempty"])
-    records.REPORTS.clear()
+    reports = []
     pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False,
-                                    field="task.train_data.input_path"))
+                                    field="task.train_data.input_path", reports=reports))
     assert len(pairs) == 1
-    runner.report_malformed_records(str(tmp_path / "run"), step=7)
-    assert not records.REPORTS  # read once
+    runner.report_malformed_records(str(tmp_path / "run"), step=7, reports=reports)
+    assert not reports  # read once
     (events,) = tf.io.gfile.glob(str(tmp_path / "run" / "train" / "events.out.tfevents.*"))
     scalars = {(value.tag, event.step): float(tf.make_ndarray(value.tensor))
                for event in tf.compat.v1.train.summary_iterator(events)
@@ -275,11 +276,11 @@ def test_tfrecord_reader_and_format_inference(tmp_path):
     assert bitext.infer_file_type([str(path)]) == "tfrecord"
     stats = bitext.scan_bitext([str(path)], "tfrecord")
     assert (stats.records, stats.pairs, stats.malformed) == (4, 2, 2)
-    records.REPORTS.clear()
-    pairs = list(bitext.read_bitext([str(path)], "tfrecord",
-                                    is_training=False).as_numpy_iterator())
+    reports = []
+    pairs = list(bitext.read_bitext([str(path)], "tfrecord", is_training=False,
+                                    reports=reports).as_numpy_iterator())
     assert [p["target"] for p in pairs] == [b"el perro", b"un gato"]
-    assert records.REPORTS[0].examples == [
+    assert reports[0].examples == [
         f"{path} record 2: 1 field(s), expected at least 2"]
     # A record that is not a tf.Example is counted from the gap it leaves.
     gapped = tmp_path / "gapped.tfrecord"
@@ -287,9 +288,9 @@ def test_tfrecord_reader_and_format_inference(tmp_path):
         for record in (_example(src_raw=[b"a"], tgt_raw=[b"b"]), b"not a tf.Example", b"nor this",
                        _example(src_raw=[b"c"], tgt_raw=[b"d"])):
             writer.write(record)
-    assert len(list(bitext.read_bitext([str(gapped)], "tfrecord", is_training=False))) == 2
-    assert records.REPORTS[-1].examples == [f"{gapped} record 2-3: not a tf.Example"]
-    records.REPORTS.clear()
+    assert len(list(bitext.read_bitext([str(gapped)], "tfrecord", is_training=False,
+                                       reports=reports))) == 2
+    assert reports[-1].examples == [f"{gapped} record 2-3: not a tf.Example"]
     negatives = list(bitext.read_bitext([str(path)], "tfrecord", num_hard_negatives=2,
                                         is_training=False).as_numpy_iterator())
     assert [list(p["hard_negatives"]) for p in negatives] == [[b"x", b"y"]]

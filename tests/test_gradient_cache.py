@@ -80,14 +80,14 @@ _SCRIPT = """
         model(tf.nest.map_structure(tf.constant, inputs))
         add_penalty(model)
         initial = model.get_weights()
-        seeded_dropout.make_replayable(model)
+        replay = seeded_dropout.make_replayable(model)
         batch = tf.nest.map_structure(tf.constant, inputs)
 
         def one_tape(batch):
             with tf.GradientTape() as tape:
                 parts = []
                 for c in range(BATCH // CHUNK):
-                    with seeded_dropout.dropout_seed(tf.constant([0, c], tf.int64)):
+                    with replay.seeded(tf.constant([0, c], tf.int64)):
                         parts.append(model(
                             gradient_cache.chunk(batch, tf.constant(c), BATCH // CHUNK),
                             training=True))

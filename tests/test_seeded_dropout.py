@@ -1,4 +1,4 @@
-"""Replayable dropout: each call of a layer in a `dropout_seed` block draws its own mask, and
+"""Replayable dropout: each call of a layer in a `Replay.seeded` block draws its own mask, and
 a replay of the block draws the same ones, in Python and in a traced function."""
 
 import numpy as np
@@ -13,14 +13,14 @@ def _model():
     inputs = tf_keras.Input([64])
     model = tf_keras.Model(inputs, tf_keras.layers.Dropout(0.5)(
         tf_keras.layers.Dense(64, kernel_initializer="ones")(inputs)))
-    assert seeded_dropout.make_replayable(model) == 1
+    assert seeded_dropout.make_replayable(model).count == 1
     return model
 
 
 def _two_views(model, x, seed):
     """Two calls of the model on the same rows in one block, as a SimCSE-style objective
     takes two views."""
-    with seeded_dropout.dropout_seed(seed):
+    with seeded_dropout.make_replayable(model).seeded(seed):
         return model(x, training=True), model(x, training=True)
 
 
@@ -41,10 +41,11 @@ def test_two_calls_in_a_block_differ_and_a_replay_repeats_them(traced):
 
 
 def test_seed_for_follows_the_calls_of_the_block():
-    layer = _model().layers[-1]
+    model = _model()
+    layer = model.layers[-1]
     seeds = []
     for _ in range(2):
-        with seeded_dropout.dropout_seed(tf.constant([1, 2], tf.int64)):
+        with seeded_dropout.make_replayable(model).seeded(tf.constant([1, 2], tf.int64)):
             seeds.append([seeded_dropout.seed_for(layer).numpy().tolist() for _ in range(3)])
     assert seeds[0] == seeds[1]  # a replay: the same seeds in the same order
     assert len({tuple(seed) for seed in seeds[0]}) == 3  # each call its own

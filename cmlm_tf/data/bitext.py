@@ -163,17 +163,20 @@ def _parse_tfrecord(record: tf.Tensor, needed: int):
 def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
                 input_context=None, is_training: bool = True,
                 shuffle_buffer_size: int = 100000, seed: Optional[int] = None,
-                field: str = "input_path") -> tf.data.Dataset:
+                field: str = "input_path",
+                reports: Optional[list] = None) -> tf.data.Dataset:
     """Yields `{"source": str, "target": str}` (+ `"hard_negatives": str [k]`) per valid pair.
 
     Training repeats and shuffles (files, then pairs); evaluation reads once, in order.
     Malformed records are skipped, counted and logged as they stream (`records`), under
-    `field`. Records of a TFRecord file that are not tf.Examples are counted from the gap
-    they leave, so a run of them at the very end of a file goes uncounted.
+    `field`; the count's report is added to `reports`. Records of a TFRecord file that are
+    not tf.Examples are counted from the gap they leave, so a run of them at the very end of
+    a file goes uncounted.
     """
     needed = 2 + num_hard_negatives
     report = records.MalformedReport("bitext record", field, _explain(file_type, needed),
-                                     "line" if file_type == "tsv" else "record")
+                                     "line" if file_type == "tsv" else "record",
+                                     reports=reports)
     if file_type == "tsv":
         def read(path):
             def check(number, line):
@@ -279,9 +282,10 @@ def bitext_sentences(data_config, field: str = "task.train_data") -> Iterator[st
 
 def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.TokenizerConfig,
                    input_context=None, field: str = "task.train_data",
-                   resume_step: int = 0) -> tf.data.Dataset:
+                   resume_step: int = 0, reports: Optional[list] = None) -> tf.data.Dataset:
     """The dual-encoder input pipeline: batched, tokenised pairs with static shapes (in
-    training, from `resume_step`'s batch on)."""
+    training, from `resume_step`'s batch on); the malformed-record report goes to
+    `reports`."""
     if data_config.num_hard_negatives < 0:
         raise ValueError(f"{field}.num_hard_negatives must be >= 0, got "
                          f"{data_config.num_hard_negatives}")
@@ -290,7 +294,7 @@ def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.Toke
     pairs = read_bitext(stats.files, stats.file_type, data_config.num_hard_negatives,
                         input_context=input_context, is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
-                        seed=data_config.seed, field=f"{field}.input_path")
+                        seed=data_config.seed, field=f"{field}.input_path", reports=reports)
     return pipeline.batch_and_featurize(pairs, data_config, featurizer,
                                         input_context=input_context, field=field,
                                         resume_step=resume_step)

@@ -108,9 +108,11 @@ class MLMTLMFeaturizer(masking.MaskingFeaturizer):
 
 def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
                     tokenizer_config: configs.TokenizerConfig, input_context=None,
-                    field: str = "task.train_data", resume_step: int = 0) -> tf.data.Dataset:
+                    field: str = "task.train_data", resume_step: int = 0,
+                    reports: Optional[list] = None) -> tf.data.Dataset:
     """The MLM + TLM pipeline: text from `data_config`, pairs from `bitext_config` (in
-    training, from `resume_step`'s batch on)."""
+    training, from `resume_step`'s batch on); the pairs' malformed-record report goes to
+    `reports`."""
     fraction = data_config.tlm_fraction
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"{field}.tlm_fraction must be in [0, 1], got {fraction}")
@@ -136,7 +138,7 @@ def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
                                    is_training=is_training,
                                    shuffle_buffer_size=bitext_config.shuffle_buffer_size,
                                    seed=data_config.seed,
-                                   field=f"{bitext_field}.input_path")
+                                   field=f"{bitext_field}.input_path", reports=reports)
     examples = mixed_examples(lines, pairs, fraction, seed=data_config.seed)
     featurizer = MLMTLMFeaturizer(tokenizer_config, data_config.seq_length,
                                   data_config.max_predictions_per_seq, data_config.mask_ratio,

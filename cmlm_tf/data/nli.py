@@ -187,16 +187,17 @@ def _language_name(path: str) -> str:
 
 def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=None,
              is_training: bool = True, shuffle_buffer_size: int = 100000,
-             seed: Optional[int] = None, field: str = "input_path") -> tf.data.Dataset:
+             seed: Optional[int] = None, field: str = "input_path",
+             reports: Optional[list] = None) -> tf.data.Dataset:
     """Yields `{"premise", "hypothesis", "premise_language", "hypothesis_language"}` strings
-    and `"label"` (int32) per valid example.
+    and `"label"` (int32) per valid example; the malformed-line report goes to `reports`.
 
     Training repeats and shuffles; evaluation reads once, in order. In cross-lingual mode the
     languages are the files' base names and the two sides always come from different files.
     """
     labels = _label_table()
     if not cross_lingual:
-        report = records.MalformedReport("NLI line", field, _explain_line)
+        report = records.MalformedReport("NLI line", field, _explain_line, reports=reports)
 
         def read(path):
             def check(number, line):
@@ -209,7 +210,7 @@ def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=No
             "premise": premise, "hypothesis": hypothesis, "label": label,
             "premise_language": lang_p, "hypothesis_language": lang_h})
     else:
-        dataset = _aligned_examples(files, labels, is_training, seed, field)
+        dataset = _aligned_examples(files, labels, is_training, seed, field, reports)
         if input_context and input_context.num_input_pipelines > 1:
             # Line-aligned files cannot be split between input pipelines: shard examples.
             dataset = dataset.shard(input_context.num_input_pipelines,
@@ -220,10 +221,12 @@ def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=No
 
 
 def _aligned_examples(files: Sequence[str], labels, is_training: bool,
-                      seed: Optional[int], field: str) -> tf.data.Dataset:
+                      seed: Optional[int], field: str,
+                      reports: Optional[list] = None) -> tf.data.Dataset:
     count = len(files)
     names = tf.constant([_language_name(path) for path in files])
-    report = records.MalformedReport("cross-lingual NLI line", field, _explain_aligned(files))
+    report = records.MalformedReport("cross-lingual NLI line", field, _explain_aligned(files),
+                                     reports=reports)
     # Every file ends in one `_END`, so a file shorter than the others shows up (and is
     # reported) where it ends, instead of cutting the others off in silence.
     ends = tf.data.Dataset.from_tensors(tf.constant(_END))
@@ -310,14 +313,14 @@ def nli_files(data_config: NLIDataConfig, field: str) -> NLIStats:
 
 def nli_dataset(data_config: NLIDataConfig, tokenizer_config: configs.TokenizerConfig,
                 input_context=None, field: str = "task.train_data",
-                resume_step: int = 0) -> tf.data.Dataset:
+                resume_step: int = 0, reports: Optional[list] = None) -> tf.data.Dataset:
     """The NLI input pipeline: batched, tokenised pairs with static shapes (in training,
-    from `resume_step`'s batch on)."""
+    from `resume_step`'s batch on); the malformed-line report goes to `reports`."""
     stats = nli_files(data_config, field)
     examples = read_nli(stats.files, data_config.cross_lingual, input_context=input_context,
                         is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
-                        seed=data_config.seed, field=f"{field}.input_path")
+                        seed=data_config.seed, field=f"{field}.input_path", reports=reports)
     return pipeline.batch_and_featurize(
         examples, data_config, NLIFeaturizer(tokenizer_config, data_config.seq_length),
         input_context=input_context, field=field, resume_step=resume_step)

@@ -4,7 +4,8 @@ Corpora are validated while they stream: the `tf.data` pipeline decides per reco
 it is valid, skips the malformed ones and hands each of those to a `MalformedReport`, which
 counts them and logs the first few with file, line and reason (the host-side check below
 explains a record the pipeline refused), then the running total at 10, 100, 1000, ...
-malformed records. `log_totals` gives the totals when training ends. Before the pipeline
+malformed records. Each reader adds its reports to the list its caller passes (a task's
+`malformed_reports`), and `log_totals` gives their totals when training ends. Before the pipeline
 starts, only a bounded sample (`SAMPLE_RECORDS` records from the start of the first files)
 is read, for the "no valid record at all" error, so start-up does not grow with the corpus.
 
@@ -98,24 +99,27 @@ class MalformedReport:
 
     `skip(valid, path, number, raw)` is the pipeline's filter predicate: it returns `valid`,
     and for an invalid record calls back into Python (only then) to count it and, for the
-    first `max_examples`, log `explain(raw)` with the file and line or record number. Every
-    report lives in `REPORTS` until `log_totals` reads it.
+    first `max_examples`, log `explain(raw)` with the file and line or record number. The
+    report adds itself to `reports` (when given), for `log_totals`.
 
     Args:
         kind: what a record is, for the log ("bitext record").
         field: the config field of the files ("task.train_data.input_path").
         explain: raw record bytes -> why it is malformed (the host-side check).
         where: "line" (text files) or "record" (TFRecord files).
+        reports: the list of the caller's reports, or None.
     """
 
     def __init__(self, kind: str, field: str, explain: Callable[[bytes], str],
-                 where: str = "line", max_examples: int = 5):
+                 where: str = "line", max_examples: int = 5,
+                 reports: Optional[List["MalformedReport"]] = None):
         self.kind, self.field, self.explain, self.where = kind, field, explain, where
         self.max_examples = max_examples
         self.count = 0
         self.examples: List[str] = []
         self._lock = threading.Lock()
-        REPORTS.append(self)
+        if reports is not None:
+            reports.append(self)
 
     def note(self, path: bytes, number: int, raw: bytes, count: int = 1,
              reason: Optional[str] = None) -> None:
@@ -155,9 +159,6 @@ class MalformedReport:
         return tf.cond(count > 0, report, lambda: tf.constant(True))
 
 
-REPORTS: List[MalformedReport] = []
-
-
 def _powers_of_ten(before: int, after: int) -> Iterable[int]:
     power = 10
     while power <= after:
@@ -166,13 +167,13 @@ def _powers_of_ten(before: int, after: int) -> Iterable[int]:
         power *= 10
 
 
-def log_totals() -> List[Tuple[str, str, int]]:
-    """Logs and returns (kind, field, count) for every report with malformed records, and
-    forgets them all."""
-    totals = [(r.kind, r.field, r.count) for r in REPORTS if r.count]
+def log_totals(reports: List[MalformedReport]) -> List[Tuple[str, str, int]]:
+    """Logs and returns (kind, field, count) for every report of `reports` with malformed
+    records, and empties `reports`."""
+    totals = [(r.kind, r.field, r.count) for r in reports if r.count]
     for kind, field, count in totals:
         logging.warning("%d malformed %ss skipped in all (%s)", count, kind, field)
-    REPORTS.clear()
+    reports.clear()
     return totals
 
 

@@ -151,7 +151,8 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
 
     `resume_step`: the step of the checkpoint a resumed run restores (the driver passes it);
     `build_inputs` hands it to its readers, whose training pipelines start after the batches
-    of the steps before it.
+    of the steps before it. `malformed_reports`: the readers' counts of the records they
+    skipped (`data.records`), which the driver logs and summarises when training ends.
     """
 
     def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None,
@@ -159,6 +160,7 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
         super().__init__(with_run_sentencepiece(params, logging_dir), logging_dir=logging_dir,
                          name=name)
         self.resume_step = int(resume_step)
+        self.malformed_reports: list = []
 
     @classmethod
     def sentencepiece_corpus(cls, task_config) -> Optional[Tuple[Iterable[str], int]]:

@@ -119,7 +119,8 @@ class BgtTask(base.SentenceTask):
         field = base.data_field(params)
         return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
                                      input_context=input_context, field=field,
-                                     resume_step=self.resume_step)
+                                     resume_step=self.resume_step,
+                                     reports=self.malformed_reports)
 
     def kl_weight(self, step: Optional[tf.Tensor] = None) -> tf.Tensor:
         """beta at training step `step`; 1 without one (evaluation reports the ELBO)."""

@@ -61,7 +61,8 @@ class BitextTask(base.SentenceTask):
         field = base.data_field(params)
         return bitext.bitext_dataset(params, self.task_config.model.tokenizer,
                                      input_context=input_context, field=field,
-                                     resume_step=self.resume_step)
+                                     resume_step=self.resume_step,
+                                     reports=self.malformed_reports)
 
     def compute_losses(self, inputs, outputs):
         return margin_softmax.ranking_losses(self.task_config.margin_softmax, inputs, outputs)

@@ -82,7 +82,8 @@ class CMLMBitextTask(base.SentenceTask):
             return text.map(lambda batch: {"cmlm": batch})
         pairs = bitext.bitext_dataset(self.task_config.bitext_data, tokenizer,
                                       input_context=input_context, field="task.bitext_data",
-                                      resume_step=self.resume_step)
+                                      resume_step=self.resume_step,
+                                      reports=self.malformed_reports)
         return tf.data.Dataset.zip((text, pairs)).map(
             lambda text_batch, pair_batch: {"cmlm": text_batch, "bitext": pair_batch})
 

@@ -97,7 +97,8 @@ class MLMTLMTask(base.SentenceTask):
         return mlm_tlm.mlm_tlm_dataset(params, self.task_config.bitext_data,
                                        self.task_config.model.tokenizer,
                                        input_context=input_context, field=field,
-                                       resume_step=self.resume_step)
+                                       resume_step=self.resume_step,
+                                       reports=self.malformed_reports)
 
     def compute_losses(self, inputs, outputs):
         loss = masked_lm_loss(inputs, outputs["mlm_logits"])

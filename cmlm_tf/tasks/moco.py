@@ -157,12 +157,14 @@ class MomentumContrastTask(base.SentenceTask):
         field = base.data_field(params)
         tokenizer = self.task_config.model.tokenizer
         pairs = bitext.bitext_dataset(params, tokenizer, input_context=input_context,
-                                      field=field, resume_step=self.resume_step)
+                                      field=field, resume_step=self.resume_step,
+                                      reports=self.malformed_reports)
         if not (params.is_training and self.task_config.nli_data.input_path):
             return pairs
         examples = nli_inputs.nli_dataset(self.task_config.nli_data, tokenizer,
                                         input_context=input_context, field="task.nli_data",
-                                        resume_step=self.resume_step)
+                                        resume_step=self.resume_step,
+                                        reports=self.malformed_reports)
         return tf.data.Dataset.zip((pairs, examples)).map(
             lambda pair_batch, nli_batch: dict(pair_batch, nli=nli_batch))
 

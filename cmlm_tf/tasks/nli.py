@@ -66,7 +66,8 @@ class NLITask(base.SentenceTask):
         field = base.data_field(params)
         return nli.nli_dataset(params, self.task_config.model.tokenizer,
                                input_context=input_context, field=field,
-                               resume_step=self.resume_step)
+                               resume_step=self.resume_step,
+                               reports=self.malformed_reports)
 
     def compute_losses(self, inputs, outputs):
         losses = nli_losses(inputs["label"], outputs["logits"])

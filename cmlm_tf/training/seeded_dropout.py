@@ -3,11 +3,13 @@
 A cached-gradient step (`cmlm_tf.training.gradient_cache`) runs the encoder twice over each
 chunk of a batch, first without a tape and then with one; the gradient it assembles is the
 true one only if both passes drop the same units. `make_replayable(model)` hands every
-`tf_keras.layers.Dropout` inside `model` a random source that, inside `dropout_seed(seed)`,
-draws its mask with `tf.nn.experimental.stateless_dropout` from `seed` folded with the
-layer's index and with how many times the layer was called before in the block, and outside
-it behaves exactly as before (the layer's own generator), so ordinary training, evaluation
-and export are unchanged. Nothing is added to checkpoints.
+`tf_keras.layers.Dropout` inside `model` a random source and returns the model's `Replay`.
+Inside its block (`with replay.seeded(seed):`) each layer draws its mask with
+`tf.nn.experimental.stateless_dropout` from `seed` folded with the layer's index and with
+how many times the layer was called before in the block; outside it behaves exactly as
+before (the layer's own generator), so ordinary training, evaluation and export are
+unchanged. The seed lives on the model's `Replay`, not in this module. Nothing is added to
+checkpoints.
 
 Two calls of one encoder in a block (two views of the same text, as SimCSE-style objectives
 take them) therefore draw different masks, and a block that replays the same calls in the
@@ -17,7 +19,7 @@ traced block replays as a Python one does.
 
 import contextlib
 import dataclasses
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -29,33 +31,38 @@ class _Block:
     calls: Dict[int, int] = dataclasses.field(default_factory=dict)  # layer index -> calls
 
 
-# The `dropout_seed` block being traced or run, if any.
-_BLOCK: List[Optional[_Block]] = [None]
+class Replay:
+    """The replayable dropout layers of one model (`make_replayable`): `count` of them, and
+    the block being traced or run in which they draw from a seed."""
 
+    def __init__(self):
+        self.count = 0
+        self.block: Optional[_Block] = None
 
-@contextlib.contextmanager
-def dropout_seed(seed: tf.Tensor) -> Iterator[None]:
-    """Replayable dropout layers draw their masks from `seed` (int [2]) inside this block,
-    each call of a layer its own."""
-    previous, _BLOCK[0] = _BLOCK[0], _Block(tf.cast(seed, tf.int64))
-    try:
-        yield
-    finally:
-        _BLOCK[0] = previous
+    @contextlib.contextmanager
+    def seeded(self, seed: tf.Tensor) -> Iterator[None]:
+        """The model's replayable dropout layers draw their masks from `seed` (int [2])
+        inside this block, each call of a layer its own."""
+        previous, self.block = self.block, _Block(tf.cast(seed, tf.int64))
+        try:
+            yield
+        finally:
+            self.block = previous
 
 
 class _ReplayableSource:
     """Stands in for a Dropout layer's random generator (only `dropout` is called)."""
 
-    def __init__(self, original, index: int):
+    def __init__(self, original, index: int, replay: Replay):
         self._original = original
         self._index = index
+        self.replay = replay
 
     def replay_seed(self) -> Optional[tf.Tensor]:
-        """The seed of this call of the layer inside `dropout_seed` (and counts the call):
+        """The seed of this call of the layer inside `Replay.seeded` (and counts the call):
         the block's seed folded with the layer's index, then, from the layer's second call in
         the block on, with the number of calls before; None outside."""
-        block = _BLOCK[0]
+        block = self.replay.block
         if block is None:
             return None
         call = block.calls.get(self._index, 0)
@@ -77,7 +84,7 @@ class _ReplayableSource:
 def seed_for(layer: tf_keras.layers.Dropout) -> tf.Tensor:
     """The seed (int64 [2]) of a mask that `layer`'s rate applies elsewhere (an attention core
     that draws its own mask, `cmlm_tf.training.lean_layers`), for one call of the layer:
-    inside `dropout_seed`, the seed the layer itself would draw with (a replay gets the same
+    inside `Replay.seeded`, the seed the layer itself would draw with (a replay gets the same
     one); otherwise a fresh one from the global random state."""
     source = getattr(layer, "_random_generator", None)
     seed = source.replay_seed() if isinstance(source, _ReplayableSource) else None
@@ -86,13 +93,17 @@ def seed_for(layer: tf_keras.layers.Dropout) -> tf.Tensor:
     return seed
 
 
-def make_replayable(model: tf_keras.layers.Layer) -> int:
-    """Makes every Dropout layer of `model` replayable (idempotent); returns their count."""
+def make_replayable(model: tf_keras.layers.Layer) -> Replay:
+    """Makes every Dropout layer of `model` replayable (idempotent: a second call returns
+    the same `Replay`)."""
     layers = [layer for layer in model.submodules
               if isinstance(layer, tf_keras.layers.Dropout)]
+    replay = next((layer._random_generator.replay for layer in layers
+                   if isinstance(layer._random_generator, _ReplayableSource)), None) or Replay()
     for index, layer in enumerate(layers):
         if not isinstance(layer._random_generator, _ReplayableSource):
             # Bypasses Keras attribute tracking: the checkpoint keeps its structure.
             object.__setattr__(layer, "_random_generator",
-                               _ReplayableSource(layer._random_generator, index))
-    return len(layers)
+                               _ReplayableSource(layer._random_generator, index, replay))
+    replay.count = len(layers)
+    return replay

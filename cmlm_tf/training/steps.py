@@ -153,14 +153,14 @@ def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
 def _replayable_chunks(ranked: RankedPart, model: tf_keras.Model, optimizer, chunks: int):
     """chunk index -> the chunk's embeddings, with dropout masks that both passes of the
     cached gradient draw alike: one seed per (step, replica, chunk)."""
-    seeded_dropout.make_replayable(model)
+    replay = seeded_dropout.make_replayable(model)
     context = tf.distribute.get_replica_context()
     step = tf.cast(optimizer.iterations, tf.int64)
     first_chunk = tf.cast(context.replica_id_in_sync_group * chunks, tf.int64)
 
     def embed(index):
         seed = tf.stack([step, first_chunk + tf.cast(index, tf.int64)])
-        with seeded_dropout.dropout_seed(seed):
+        with replay.seeded(seed):
             return ranked.embed(gradient_cache.chunk(ranked.features, index, chunks))
 
     return embed
