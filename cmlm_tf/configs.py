@@ -206,6 +206,29 @@ def adam_inverse_sqrt(learning_rate: float, warmup_steps: int) -> optimization.O
     })
 
 
+# The trainer's loop, checkpoint and validation cadence of the registered experiments: long
+# pre-training runs, and fine-tuning runs of a few thousand steps.
+PRETRAINING_LOOP = {"steps_per_loop": 1000, "summary_interval": 1000,
+                    "checkpoint_interval": 10000, "max_to_keep": 5, "validation_steps": 100,
+                    "validation_interval": 10000}
+FINE_TUNING_LOOP = {"steps_per_loop": 100, "summary_interval": 100, "checkpoint_interval": 500,
+                    "max_to_keep": 3, "validation_steps": 20, "validation_interval": 500}
+
+
+def experiment(task: cfg.TaskConfig, optimizer_config: optimization.OptimizationConfig,
+               train_steps: int, loop: Optional[dict] = None,
+               **trainer) -> cfg.ExperimentConfig:
+    """A registered experiment's defaults: `task`, the optimizer, `train_steps`, the
+    cadence of `loop` (`FINE_TUNING_LOOP` by default, or `PRETRAINING_LOOP`) with `trainer`
+    fields over it, and the restriction every cmlm_tf experiment has (the data configs say
+    whether they train)."""
+    return cfg.ExperimentConfig(
+        task=task,
+        trainer=cfg.TrainerConfig(train_steps=train_steps, optimizer_config=optimizer_config,
+                                  **{**(loop or FINE_TUNING_LOOP), **trainer}),
+        restrictions=["task.train_data.is_training != None"])
+
+
 def resolve_recipe(name_or_path: str) -> str:
     """A `--config_file` value as a file: an existing path as it is; otherwise a packaged
     recipe by name (`cmlm_tiny`, `cmlm_tiny.yaml` or `configs/cmlm_tiny.yaml`), so recipes

@@ -85,13 +85,8 @@ def bgt_experiment() -> cfg.ExperimentConfig:
     task.sp_vocab_size = 8000
     task.train_data.override({"global_batch_size": 64, "seq_length": 64})
     task.validation_data.override({"global_batch_size": 64, "seq_length": 64})
-    return cfg.ExperimentConfig(
-        task=task,
-        trainer=cfg.TrainerConfig(
-            train_steps=20000, optimizer_config=configs.adam_inverse_sqrt(5e-4, 4000),
-            checkpoint_interval=1000, max_to_keep=3, summary_interval=100,
-            steps_per_loop=100, validation_steps=20, validation_interval=1000),
-        restrictions=["task.train_data.is_training != None"])
+    return configs.experiment(task, configs.adam_inverse_sqrt(5e-4, 4000), train_steps=20000,
+                              checkpoint_interval=1000, validation_interval=1000)
 
 
 @task_factory.register_task_cls(BgtTaskConfig)

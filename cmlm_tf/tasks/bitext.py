@@ -37,13 +37,7 @@ def bitext_experiment() -> cfg.ExperimentConfig:
     task = BitextTaskConfig()
     task.train_data.override({"global_batch_size": 32, "seq_length": 64})
     task.validation_data.override({"global_batch_size": 32, "seq_length": 64})
-    return cfg.ExperimentConfig(
-        task=task,
-        trainer=cfg.TrainerConfig(
-            train_steps=2000, optimizer_config=configs.adamw_optimizer(3e-5, 100),
-            checkpoint_interval=500, max_to_keep=3, summary_interval=100,
-            steps_per_loop=100, validation_steps=20, validation_interval=500),
-        restrictions=["task.train_data.is_training != None"])
+    return configs.experiment(task, configs.adamw_optimizer(3e-5, 100), train_steps=2000)
 
 
 @task_factory.register_task_cls(BitextTaskConfig)

@@ -28,14 +28,8 @@ class CMLMTaskConfig(configs.SentenceTaskConfig):
 
 @exp_factory.register_config_factory("cmlm_tf/cmlm")
 def cmlm_experiment() -> cfg.ExperimentConfig:
-    config = cfg.ExperimentConfig(
-        task=CMLMTaskConfig(),
-        trainer=cfg.TrainerConfig(
-            train_steps=1000000, optimizer_config=configs.lamb_optimizer(),
-            checkpoint_interval=10000, max_to_keep=5, summary_interval=1000,
-            steps_per_loop=1000, validation_steps=100, validation_interval=10000),
-        restrictions=["task.train_data.is_training != None"])
-    return config
+    return configs.experiment(CMLMTaskConfig(), configs.lamb_optimizer(), train_steps=1000000,
+                              loop=configs.PRETRAINING_LOOP)
 
 
 @task_factory.register_task_cls(CMLMTaskConfig)

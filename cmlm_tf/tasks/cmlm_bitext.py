@@ -54,13 +54,8 @@ class CMLMBitextTaskConfig(configs.SentenceTaskConfig):
 def cmlm_bitext_experiment() -> cfg.ExperimentConfig:
     task = CMLMBitextTaskConfig()
     task.bitext_data.override({"global_batch_size": 2048, "seq_length": 128})
-    return cfg.ExperimentConfig(
-        task=task,
-        trainer=cfg.TrainerConfig(
-            train_steps=1000000, optimizer_config=configs.lamb_optimizer(),
-            checkpoint_interval=10000, max_to_keep=5, summary_interval=1000,
-            steps_per_loop=1000, validation_steps=100, validation_interval=10000),
-        restrictions=["task.train_data.is_training != None"])
+    return configs.experiment(task, configs.lamb_optimizer(), train_steps=1000000,
+                              loop=configs.PRETRAINING_LOOP)
 
 
 @task_factory.register_task_cls(CMLMBitextTaskConfig)

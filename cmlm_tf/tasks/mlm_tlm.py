@@ -53,14 +53,8 @@ class MLMTLMTaskConfig(configs.SentenceTaskConfig):
 def mlm_tlm_experiment() -> cfg.ExperimentConfig:
     """LaBSE pre-training sizes per example (seq 512, 20 % masked, at most 80); batch,
     steps and stages in `configs/labse_pretrain_base.yaml`."""
-    return cfg.ExperimentConfig(
-        task=MLMTLMTaskConfig(),
-        trainer=cfg.TrainerConfig(
-            train_steps=400000,
-            optimizer_config=configs.lamb_optimizer(),
-            checkpoint_interval=10000, max_to_keep=5, summary_interval=1000,
-            steps_per_loop=1000, validation_steps=100, validation_interval=10000),
-        restrictions=["task.train_data.is_training != None"])
+    return configs.experiment(MLMTLMTaskConfig(), configs.lamb_optimizer(), train_steps=400000,
+                              loop=configs.PRETRAINING_LOOP)
 
 
 METRICS = ("masked_lm_accuracy", "mlm_accuracy", "tlm_accuracy", "mlm_loss", "tlm_fraction")

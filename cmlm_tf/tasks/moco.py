@@ -75,13 +75,7 @@ def moco_experiment() -> cfg.ExperimentConfig:
     task = MomentumContrastTaskConfig()
     task.train_data.override({"global_batch_size": 32, "seq_length": 64})
     task.validation_data.override({"global_batch_size": 32, "seq_length": 64})
-    return cfg.ExperimentConfig(
-        task=task,
-        trainer=cfg.TrainerConfig(
-            train_steps=1000, optimizer_config=configs.adamw_optimizer(3e-5, 50),
-            checkpoint_interval=500, max_to_keep=3, summary_interval=100,
-            steps_per_loop=100, validation_steps=20, validation_interval=500),
-        restrictions=["task.train_data.is_training != None"])
+    return configs.experiment(task, configs.adamw_optimizer(3e-5, 50), train_steps=1000)
 
 
 def validate_moco_config(config: MomentumContrastTaskConfig) -> None:

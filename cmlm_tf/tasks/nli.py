@@ -40,13 +40,8 @@ def nli_experiment() -> cfg.ExperimentConfig:
     task = NLITaskConfig()
     task.train_data.override({"global_batch_size": 32})
     task.validation_data.override({"global_batch_size": 32})
-    return cfg.ExperimentConfig(
-        task=task,
-        trainer=cfg.TrainerConfig(
-            train_steps=2000, optimizer_config=configs.adamw_optimizer(2e-5, 200),
-            checkpoint_interval=500, max_to_keep=3, summary_interval=100,
-            steps_per_loop=100, validation_steps=-1, validation_interval=1000),
-        restrictions=["task.train_data.is_training != None"])
+    return configs.experiment(task, configs.adamw_optimizer(2e-5, 200), train_steps=2000,
+                              validation_steps=-1, validation_interval=1000)
 
 
 @task_factory.register_task_cls(NLITaskConfig)
