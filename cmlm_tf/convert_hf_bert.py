@@ -232,8 +232,7 @@ def read_wordpiece_vocab(transformer_dir: str) -> list:
     `model.vocab` (sentence-transformers 5/6 and transformers 5 save only the latter)."""
     vocab_path = os.path.join(transformer_dir, "vocab.txt")
     if os.path.exists(vocab_path):
-        with open(vocab_path, encoding="utf-8") as f:
-            return [line.rstrip("\r\n") for line in f]
+        return read_vocab_file(vocab_path)
     path = os.path.join(transformer_dir, "tokenizer.json")
     tokenizer = _read_json(path)
     if tokenizer is None:
@@ -263,6 +262,14 @@ def sentencepiece_model(transformer_dir: str) -> str:
         raise FileNotFoundError(f"{path}: required file not found (XLM-R's tokenizer is read "
                                 "from its SentencePiece model, not from tokenizer.json)")
     return path
+
+
+def read_vocab_file(path: str) -> list:
+    """A vocabulary file's tokens, one per line, in id order."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: required file not found")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
 
 
 def _split_heads(kernel: np.ndarray, num_heads: int) -> np.ndarray:
@@ -434,7 +441,7 @@ def convert(hf_dir: str, output_dir: str) -> str:
 
     tokenizer_file = sp_model if meta["tokenizer_type"] == "xlmr_sentencepiece" else vocab
     return write_converted(encoder, meta, tokenizer_file, output_dir,
-                           {"hf_dir": os.path.abspath(hf_dir)})
+                           {"source_dir": os.path.abspath(hf_dir), "family": "hugging_face"})
 
 
 def write_converted(encoder, meta: dict, tokenizer, output_dir: str, source: dict) -> str:

@@ -36,7 +36,10 @@ import numpy as np
 
 from cmlm_tf import convert_hf_bert
 
-FAMILIES = ("hugging_face", "tf_hub", "tf1_checkpoint", "tf2_checkpoint")
+# What `detect` tells apart -> how an export's README names it.
+FAMILIES = {"hugging_face": "Hugging Face", "tf_hub": "TF Hub encoder",
+            "tf1_checkpoint": "TF1 BERT checkpoint",
+            "tf2_checkpoint": "Model Garden TF2 checkpoint"}
 BERT_CONFIG_FILE = "bert_config.json"
 # A checkpoint's `hidden_act` -> EncoderConfig.hidden_activation (BERT's TF code and Model
 # Garden's `gelu` are the tanh approximation).
@@ -121,13 +124,6 @@ def _encoder_fields(**fields) -> dict:
             "projection_activation": "tanh", "normalize": False, **fields}
 
 
-def _read_vocab(path: str) -> List[str]:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: required file not found")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
-
-
 def _is_uncased(vocab: List[str]) -> bool:
     return not any(token[:1].isupper() for token in vocab
                    if not (token.startswith("[") and token.endswith("]")))
@@ -160,7 +156,7 @@ def _read_checkpoint(family: str, prefix: str):
             layer_norm_epsilon=1e-12)
     except KeyError as e:
         raise ValueError(f"{config_path}: field {e.args[0]} is missing") from None
-    vocab = _read_vocab(os.path.join(folder, "vocab.txt"))
+    vocab = convert_hf_bert.read_vocab_file(os.path.join(folder, "vocab.txt"))
     if len(vocab) != fields["vocab_size"]:
         raise ValueError(f"{os.path.join(folder, 'vocab.txt')}: {len(vocab)} tokens, but "
                          f"{BERT_CONFIG_FILE} says vocab_size {fields['vocab_size']}")
@@ -270,7 +266,7 @@ def _read_hub(folder: str):
     if vocab_asset is None:
         raise ValueError(f"{folder}: the encoder has no vocab_file (a SentencePiece or "
                          "preprocessor-only tokenizer is not supported)")
-    vocab = _read_vocab(vocab_asset.asset_path.numpy().decode("utf-8"))
+    vocab = convert_hf_bert.read_vocab_file(vocab_asset.asset_path.numpy().decode("utf-8"))
     lower_case = bool(loaded.do_lower_case.numpy()) if hasattr(loaded, "do_lower_case") \
         else _is_uncased(vocab)
     vocab_size, hidden = named["word_embeddings/embeddings"].shape

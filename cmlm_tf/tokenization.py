@@ -166,9 +166,7 @@ class FastWordpieceTokenizer(tf_keras.layers.Layer):
 
     def call(self, inputs):
         pieces = self._tokenizer.tokenize(inputs)
-        # Static row count, as Model Garden's tokenizer layers do for shape inference.
-        row_splits = tf.reshape(pieces.row_splits, [tf.shape(inputs)[0] + 1])
-        return tf.RaggedTensor.from_row_splits(pieces.values, row_splits, validate=False)
+        return _one_row_per_text(pieces.values, pieces.row_splits, inputs)
 
     def tokenize_words(self, inputs):
         """Strings [batch] -> int32 RaggedTensor [batch, (words), (pieces)].
@@ -186,6 +184,14 @@ class FastWordpieceTokenizer(tf_keras.layers.Layer):
             pieces.values, tf.where(starts)[:, 0], validate=False)
         words_per_text = tf.reduce_sum(tf.cast(pieces.with_values(starts), tf.int64), axis=1)
         return tf.RaggedTensor.from_row_lengths(words, words_per_text, validate=False)
+
+
+def _one_row_per_text(values: tf.Tensor, row_splits: tf.Tensor,
+                      texts: tf.Tensor) -> tf.RaggedTensor:
+    """[batch, (pieces)] with a row count known from `texts` (static where the batch is), as
+    Model Garden's tokenizer layers give for shape inference."""
+    row_splits = tf.reshape(row_splits, [tf.shape(texts)[0] + 1])
+    return tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
 
 
 class XlmrSentencepieceTokenizer(tf_keras.layers.Layer):
@@ -257,8 +263,7 @@ class XlmrSentencepieceTokenizer(tf_keras.layers.Layer):
         ids = pieces.flat_values
         # SentencePiece's <unk> (0) is fairseq's 3; every other piece moves up by one.
         ids = tf.where(tf.equal(ids, 0), self.UNKNOWN_ID, ids + 1)
-        row_splits = tf.reshape(pieces.row_splits, [tf.shape(inputs)[0] + 1])
-        return tf.RaggedTensor.from_row_splits(ids, row_splits, validate=False)
+        return _one_row_per_text(ids, pieces.row_splits, inputs)
 
 
 # Where a training run that learned its SentencePiece model at start-up keeps it.

@@ -167,6 +167,12 @@ def golden():
     return data["sentences"], np.asarray(data["embeddings"], np.float32)
 
 
+def cosines(a, b) -> np.ndarray:
+    """Row-wise cosine of two [n, dim] arrays, in float64."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
 def subprocess_env() -> dict:
     """The environment of a subprocess that runs the driver or a script from the repo."""
     return dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2",

@@ -7,7 +7,14 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO_DIR, TESTS_DIR, subprocess_env, tiny_encoder_config, write_tiny_vocab
+from conftest import (
+    REPO_DIR,
+    TESTS_DIR,
+    cosines,
+    subprocess_env,
+    tiny_encoder_config,
+    write_tiny_vocab,
+)
 
 from cmlm_tf import configs, convert_hf_bert
 from cmlm_tf.modeling import sentence_encoder
@@ -234,11 +241,6 @@ def standin_export(request, tmp_path_factory):
     return request.param, export_dir
 
 
-def _cosines(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
 def test_standin_layout_is_read(standin_export, standin_golden):
     name, export_dir = standin_export
     meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
@@ -314,9 +316,9 @@ def test_standin_every_export_form_equals_sentence_transformers(standin_export,
             **{key: value.numpy() for key, value in tokens.items()})
     assert len(paths) == 4
     for path, vectors in paths.items():
-        cosines = _cosines(vectors, expected)
-        assert cosines.min() >= 0.99999, (path, standin_golden["sources"][cosines.argmin()],
-                                          cosines.min())
+        found = cosines(vectors, expected)
+        assert found.min() >= 0.99999, (path, standin_golden["sources"][found.argmin()],
+                                        found.min())
 
 
 @pytest.mark.parametrize("change, message", [
@@ -409,8 +411,8 @@ def test_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name, e
                                                tokens["input_mask"].numpy().sum(1))]
     assert ids == [row[:32] if len(row) <= 32 else row[:31] + row[-1:]
                    for row in standin_golden["models"][name]["ids"][:20]]
-    cosines = _cosines(model.encode(texts), standin_golden["models"][name]["vectors"][:20])
-    assert 0.9 < cosines.min() and cosines.max() < 0.99999, cosines
+    found = cosines(model.encode(texts), standin_golden["models"][name]["vectors"][:20])
+    assert 0.9 < found.min() and found.max() < 0.99999, found
 
 
 def test_xlmr_folder_without_its_sentencepiece_model_is_one_line(tmp_path, capsys):

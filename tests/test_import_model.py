@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TESTS_DIR
+from conftest import TESTS_DIR, cosines
 
 from cmlm_tf import convert_hf_bert, import_model
 
@@ -116,11 +116,6 @@ def hub_reference(families, golden):
     return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
 
-def _cosines(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
 def test_families_are_detected(families):
     for family, folder in families.items():
         assert import_model.detect(str(folder))[0] == family
@@ -131,7 +126,7 @@ def test_the_made_families_hold_the_standin(hub_reference, golden):
     # BERT's TF code uses the tanh GELU, sentence-transformers the exact one: the vectors
     # agree closely, not exactly.
     _, _, model = golden
-    assert _cosines(hub_reference, model["vectors"]).min() > 0.999
+    assert cosines(hub_reference, model["vectors"]).min() > 0.999
 
 
 @pytest.mark.parametrize("family", ["tf1_checkpoint", "tf2_checkpoint", "tf_hub"])
@@ -171,8 +166,8 @@ def test_every_export_form_of_an_import_equals_the_tf_hub_encoder(tmp_path, fami
         "tflite_float32": tflite.embed(runner, sentences=texts),
     }
     for path, vectors in paths.items():
-        cosines = _cosines(vectors, hub_reference)
-        assert cosines.min() >= 0.99999, (path, sources[cosines.argmin()], cosines.min())
+        found = cosines(vectors, hub_reference)
+        assert found.min() >= 0.99999, (path, sources[found.argmin()], found.min())
 
 
 def test_not_a_model_folder_is_one_line(tmp_path, capsys):

@@ -102,12 +102,6 @@ def _model_config_from(params: dict, path: str):
     return config
 
 
-# How an export's README names where imported weights came from (`import_model.FAMILIES`).
-_FAMILY_NAMES = {"hugging_face": "Hugging Face", "tf_hub": "TF Hub encoder",
-                 "tf1_checkpoint": "TF1 BERT checkpoint",
-                 "tf2_checkpoint": "Model Garden TF2 checkpoint"}
-
-
 def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
                    hf_dir: Optional[str] = None, work_dir: Optional[str] = None
                    ) -> ExportSource:
@@ -119,10 +113,10 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
         raise ValueError("pass exactly one of --model_dir and --hf_dir")
     if hf_dir:
         converted = os.path.join(work_dir or tempfile.mkdtemp(), "converted")
-        family, _ = import_model.detect(hf_dir)
         import_model.convert(hf_dir, converted)
         source = resolve_source(model_dir=converted, checkpoint=checkpoint)
-        source.description = {"kind": family, "hf_dir": _base_name(hf_dir)}
+        source.description = {"kind": source.description["family"],
+                              "hf_dir": _base_name(hf_dir)}
         return source
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"{model_dir}: model directory not found")
@@ -149,8 +143,9 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
         source = json.load(open(source_file, encoding="utf-8")) \
             if os.path.exists(source_file) else {}
         seq_length = source.get("max_seq_length") or DEFAULT_SEQ_LENGTH
+        # `hf_dir`: the key of folders converted before other families could be imported.
         description = {"kind": "converted", "family": source.get("family", "hugging_face"),
-                       "hf_dir": _base_name(source.get("hf_dir") or source.get("source_dir", "")),
+                       "hf_dir": _base_name(source.get("source_dir") or source.get("hf_dir", "")),
                        "checkpoint": os.path.basename(prefix)}
     else:
         raise FileNotFoundError(
@@ -336,7 +331,9 @@ def _model_card(meta: dict) -> str:
     if src.get("kind") == "training_run":
         origin = f"training run `{src['model_dir']}`, checkpoint `{src['checkpoint']}`"
     elif src.get("hf_dir"):
-        family = _FAMILY_NAMES.get(src.get("family", src.get("kind")), "imported")
+        from cmlm_tf import import_model
+
+        family = import_model.FAMILIES.get(src.get("family", src.get("kind")), "imported")
         origin = f"{family} weights from `{src['hf_dir']}` (converted)"
     else:
         origin = f"checkpoint `{src.get('checkpoint', '')}`"

@@ -86,9 +86,9 @@ def _add(grad, other):
 
 
 def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
-               forward: Optional[Callable[[], Any]] = None,
-               ranked: Optional[RankedPart] = None,
-               assemble: Optional[Callable[[Any, Any], Any]] = None) -> Dict[str, tf.Tensor]:
+               forward: Optional[Callable[[], Any]],
+               ranked: Optional[RankedPart],
+               assemble: Callable[[Any, Any], Any]) -> Dict[str, tf.Tensor]:
     """One update of `model` from `inputs`; returns `{task.loss: the replica's loss}`.
 
     Args:
@@ -98,11 +98,8 @@ def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
             None when the ranked part is the whole forward pass.
         ranked: the rows embedded apart (chunked when its `chunk_size` asks), or None.
         assemble: (forward's outputs or None, the ranked embeddings or None) -> the outputs
-            `compute_losses` takes. Default: forward's outputs, else the ranked embeddings.
+            `compute_losses` takes (the task's `assemble_outputs`).
     """
-    if assemble is None:
-        def assemble(other, embeddings):
-            return embeddings if other is None else other
     chunks = ranked.num_chunks if ranked is not None else 1
     # Attention cores and feed-forward activations recompute their largest intermediates in
     # the backward pass instead of keeping them (`lean_layers`).
