@@ -5,6 +5,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# XLA's CPU backend spends most of a compile in LLVM optimisation; the compiled steps of the
+# tests are tiny, so the cheapest backend settings keep a compile at seconds instead of tens
+# of seconds. Read at the first XLA compile of the process.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
+                                   "--xla_llvm_disable_expensive_passes=true")
 
 import errno  # noqa: E402
 import importlib.util  # noqa: E402
@@ -12,11 +17,10 @@ import json  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 REPO_DIR = TESTS_DIR.parent
@@ -179,43 +183,18 @@ def subprocess_env() -> dict:
                 TF_USE_LEGACY_KERAS="1")
 
 
-# The start of every two-replica script: the CPU is split into two logical devices before
-# TensorFlow places anything, `two_replicas()` is the strategy over them and `report(values)`
-# prints the JSON line that `run_on_two_replicas` returns.
-_TWO_REPLICA_PREAMBLE = """\
-import json
-import tensorflow as tf
+# Two logical CPU devices for the whole session, split before TensorFlow places anything:
+# the `two_replicas` fixture is a MirroredStrategy over them, so two-replica tests run in this
+# process. Everything else places on the first one (the default strategy, and the driver's
+# strategy for `mirrored` without GPUs, name /cpu:0 alone).
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
+@pytest.fixture(scope="session")
 def two_replicas():
+    """A MirroredStrategy over the two logical CPU devices."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
-def report(values):
-    print(json.dumps(values))
-"""
-
-
-def run_on_two_replicas(tmp_path: pathlib.Path, body: str, *args, env=None,
-                        timeout: int = 300) -> dict:
-    """Runs the Python source `body` in a fresh process on two logical CPU devices and
-    returns what it passed to `report(...)`.
-
-    Two replicas on one CPU need the device split before TensorFlow starts, hence a process
-    of their own. `body` runs after `_TWO_REPLICA_PREAMBLE` (so it may call `two_replicas()`
-    and `report()`), from the repository with `tests/` importable (conftest's helpers), with
-    `args` as `sys.argv[1:]`; a non-zero exit fails the calling test with its stderr.
-    """
-    script = tmp_path / "two_replicas.py"
-    script.write_text(_TWO_REPLICA_PREAMBLE + textwrap.dedent(body), encoding="utf-8")
-    env = dict(env or subprocess_env())
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_DIR), str(TESTS_DIR)])
-    result = subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=env, timeout=timeout)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def cli_env() -> dict:

@@ -12,7 +12,6 @@ from conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
     TINY_WORDS,
-    run_on_two_replicas,
     subprocess_env,
     tiny_cmlm_config,
     write_corpus,
@@ -114,26 +113,22 @@ def test_duplicate_texts_are_not_negatives():
     assert abs(float(unmasked) - float(got)) > 1e-3
 
 
-_CROSS_REPLICA = """
-    import sys
-    import numpy as np
-    import tf_keras
-    from cmlm_tf import configs
-    from cmlm_tf.modeling import dual_encoder
-    from cmlm_tf.tasks import bitext as bitext_task
-
-    vocab_size, batch, seq, k = 40, 8, 6, int(sys.argv[1])
+@pytest.mark.parametrize("hard_negatives", [0, 2])
+def test_two_replicas_equal_one_device_on_the_global_batch(two_replicas, hard_negatives):
+    vocab_size, batch, seq = 40, 8, 6
     rng = np.random.default_rng(0)
+
     def side(rows):
         ids = rng.integers(5, vocab_size, size=(rows, seq)).astype(np.int32)
         mask = (np.arange(seq)[None] < rng.integers(2, seq + 1, size=(rows, 1))).astype(np.int32)
         return {"input_word_ids": ids * mask, "input_mask": mask,
                 "input_type_ids": np.zeros_like(ids)}
+
     features = {"source": side(batch), "target": side(batch),
                 "source_id": np.array([0, 1, 2, 3, 0, 5, 6, 7], np.int64),  # 0 and 4 repeat
                 "target_id": np.arange(batch, dtype=np.int64) + 100}
-    if k:
-        features["hard_negatives"] = side(batch * k)
+    if hard_negatives:
+        features["hard_negatives"] = side(batch * hard_negatives)
     config = bitext_task.BitextTaskConfig()
     config.model.encoder = configs.EncoderConfig(
         vocab_size=vocab_size, hidden_size=16, num_layers=1, num_attention_heads=2,
@@ -153,35 +148,29 @@ _CROSS_REPLICA = """
     weights = [w.numpy() for w in single.weights]
     loss_1, grads_1 = loss_and_grads(single, tf.nest.map_structure(tf.constant, features), 1)
 
-    strategy = two_replicas()
-    with strategy.scope():
+    with two_replicas.scope():
         model = task.build_model()
     for w, value in zip(model.weights, weights):
         w.assign(value)
+
     def per_replica(context):
         def take(array):
             rows = len(array) // 2
             start = context.replica_id_in_sync_group * rows
             return tf.constant(array[start:start + rows])
         return tf.nest.map_structure(take, features)
-    inputs = strategy.experimental_distribute_values_from_function(per_replica)
-    scaled, grads = strategy.run(
+
+    inputs = two_replicas.experimental_distribute_values_from_function(per_replica)
+    scaled, grads = two_replicas.run(
         tf.function(lambda x: loss_and_grads(model, x, 2)), args=(inputs,))
-    loss_2 = strategy.reduce("SUM", scaled, axis=None)
-    grads_2 = [strategy.reduce("SUM", g, axis=None) for g in grads]
-    report({
-        "loss_1": float(loss_1), "loss_2": float(loss_2),
-        "grad_max": max(float(np.abs(g).max()) for g in grads_1),
-        "grad_diff": max(float(np.abs(a - b).max()) for a, b in zip(grads_1, grads_2))})
-"""
-
-
-@pytest.mark.parametrize("hard_negatives", [0, 2])
-def test_two_replicas_equal_one_device_on_the_global_batch(tmp_path, hard_negatives):
-    values = run_on_two_replicas(tmp_path, _CROSS_REPLICA, hard_negatives)
-    assert abs(values["loss_1"] - values["loss_2"]) <= 1e-5 * max(1.0, values["loss_1"])
-    assert values["grad_max"] > 1e-3  # the comparison is not between two zeros
-    assert values["grad_diff"] <= 1e-5 * max(1.0, values["grad_max"]), values
+    loss_2 = float(two_replicas.reduce("SUM", scaled, axis=None))
+    grads_2 = [two_replicas.reduce("SUM", g, axis=None) for g in grads]
+    loss_1 = float(loss_1)
+    grad_max = max(float(np.abs(g).max()) for g in grads_1)
+    grad_diff = max(float(np.abs(a - b).max()) for a, b in zip(grads_1, grads_2))
+    assert abs(loss_1 - loss_2) <= 1e-5 * max(1.0, loss_1)
+    assert grad_max > 1e-3  # the comparison is not between two zeros
+    assert grad_diff <= 1e-5 * max(1.0, grad_max), (grad_diff, grad_max)
 
 
 def _write_tsv(path, lines):
@@ -354,7 +343,8 @@ def test_alpha_weights_the_two_losses(tmp_path, tiny_vocab):
 def test_cached_ranking_in_the_multitask_gives_the_same_update(tmp_path, tiny_vocab):
     """cmlm_tf/cmlm_bitext with `mini_batch_size`: the ranking part with cached gradients
     over chunks of 2 pairs, the CMLM part with a tape; the loss and the weight update (SGD,
-    learning rate 1) equal the plain step's. Dropout off, so both steps see the same model."""
+    learning rate 1) equal the plain step's, and the step computes the losses once. Dropout
+    off, so both steps see the same model."""
     corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat", "a man"]] * 8)
     config = _as_multitask(tiny_cmlm_config(tiny_vocab, corpus))
     config.bitext_data.override(dict(input_path=str(_bitext_file(tmp_path)),
@@ -365,15 +355,26 @@ def test_cached_ranking_in_the_multitask_gives_the_same_update(tmp_path, tiny_vo
     for size in (0, 2):
         config.margin_softmax.mini_batch_size = size
         task = cmlm_bitext.CMLMBitextTask(config)
+        calls = {"step": 0, "compute_losses": 0}  # while the step is traced
+        compute_losses, train_step = task.compute_losses, task.train_step
+
+        def counted(name, function, calls=calls):
+            def call(*args, **kwargs):
+                calls[name] += 1
+                return function(*args, **kwargs)
+            return call
+
+        task.compute_losses = counted("compute_losses", compute_losses)
         tf_keras.utils.set_random_seed(0)
         model = task.build_model()
         model(batch, training=False)
         before = [v.numpy() for v in model.trainable_variables]
         optimizer = tf_keras.optimizers.SGD(learning_rate=1.0)
         metrics = task.build_metrics(training=True)
-        step = tf.function(task.train_step)
+        step = tf.function(counted("step", train_step))
         loss = float(step(batch, model, optimizer, metrics)["loss"])
         update = [b - v.numpy() for b, v in zip(before, model.trainable_variables)]
+        assert calls["compute_losses"] == calls["step"] >= 1, (size, calls)
         results[size] = loss, update, {m.name: float(m.result()) for m in metrics}
     (plain_loss, plain_update, plain_metrics), (loss, update, metrics) = results[0], results[2]
     assert abs(loss - plain_loss) <= 1e-5 * abs(plain_loss)

@@ -13,7 +13,6 @@ from conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
     TINY_WORDS,
-    run_on_two_replicas,
     subprocess_env,
     tiny_cmlm_config,
     write_corpus,
@@ -195,18 +194,14 @@ def test_empty_corpus_through_the_driver(tmp_path):
     assert "empty.txt" in result.stderr.strip().splitlines()[-1]
 
 
-def test_mirrored_strategy_over_two_cpu_devices(tmp_path):
-    values = run_on_two_replicas(tmp_path, f"""
-        from cmlm_tf import train
-        params = train.build_params("cmlm_tf/cmlm", ["configs/cmlm_tiny.yaml"],
-                                    {TINY_CMLM_OVERRIDES + ",trainer.train_steps=10"!r})
-        strategy = two_replicas()
-        train.run(params, {str(tmp_path / "run")!r}, "train", strategy=strategy)
-        report({{"replicas": strategy.num_replicas_in_sync,
-                 "checkpoint": tf.train.latest_checkpoint({str(tmp_path / "run")!r})}})
-    """)
-    assert values["replicas"] == 2
-    assert values["checkpoint"].endswith("ckpt-10")
+def test_mirrored_strategy_over_two_cpu_devices(tmp_path, two_replicas):
+    from cmlm_tf import train
+
+    params = train.build_params("cmlm_tf/cmlm", [str(REPO_DIR / "configs/cmlm_tiny.yaml")],
+                                TINY_CMLM_OVERRIDES + ",trainer.train_steps=10")
+    train.run(params, str(tmp_path / "run"), "train", strategy=two_replicas)
+    assert two_replicas.num_replicas_in_sync == 2
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
 
 
 def _free_ports(count):

@@ -1,47 +1,40 @@
 """Turning cross-replica negatives off: each replica ranks only its own rows."""
 
-from conftest import run_on_two_replicas
+import numpy as np
+import tensorflow as tf
 
 from cmlm_tf.losses import margin_softmax
 
-_TWO_REPLICAS = """
-    import numpy as np
-    from cmlm_tf.losses import margin_softmax
 
+def _loss(source, target, gather):
+    return margin_softmax.additive_margin_softmax_loss(
+        source, target, margin=0.3, scale=10.0, cross_replica_negatives=gather)["loss"]
+
+
+def test_without_the_gather_each_replica_ranks_its_own_rows(two_replicas):
     rng = np.random.default_rng(0)
     source = rng.normal(size=(8, 6)).astype(np.float32)
     target = (source + 0.5 * rng.normal(size=(8, 6))).astype(np.float32)
-
-    def local_loss(x, y, gather):
-        return margin_softmax.additive_margin_softmax_loss(
-            x, y, margin=0.3, scale=10.0, cross_replica_negatives=gather)["loss"]
-
     # One device, each half on its own: what the replicas compute without the gather.
-    halves = [float(local_loss(tf.constant(source[i:i + 4]), tf.constant(target[i:i + 4]),
-                               True)) for i in (0, 4)]
-    whole = float(local_loss(tf.constant(source), tf.constant(target), True))
+    halves = [float(_loss(tf.constant(source[i:i + 4]), tf.constant(target[i:i + 4]), True))
+              for i in (0, 4)]
+    whole = float(_loss(tf.constant(source), tf.constant(target), True))
 
-    strategy = two_replicas()
     def per_replica(context):
         start = context.replica_id_in_sync_group * 4
         return tf.constant(source[start:start + 4]), tf.constant(target[start:start + 4])
-    inputs = strategy.experimental_distribute_values_from_function(per_replica)
-    results = {}
+
+    inputs = two_replicas.experimental_distribute_values_from_function(per_replica)
+    replicated = {}
     for gather in (True, False):
-        step = tf.function(lambda x, y, gather=gather: local_loss(x, y, gather) / 2)
-        per = strategy.run(step, args=inputs)
-        results[str(gather)] = float(strategy.reduce("SUM", per, axis=None))
-    report({"halves": halves, "whole": whole, "gathered": results["True"],
-            "local": results["False"]})
-"""
+        step = tf.function(lambda x, y, gather=gather: _loss(x, y, gather) / 2)
+        per = two_replicas.run(step, args=inputs)
+        replicated[gather] = float(two_replicas.reduce("SUM", per, axis=None))
 
-
-def test_without_the_gather_each_replica_ranks_its_own_rows(tmp_path):
-    values = run_on_two_replicas(tmp_path, _TWO_REPLICAS)
-    assert abs(values["gathered"] - values["whole"]) <= 1e-5 * values["whole"]
-    mean_of_halves = sum(values["halves"]) / 2
-    assert abs(values["local"] - mean_of_halves) <= 1e-5 * mean_of_halves
-    assert abs(values["local"] - values["whole"]) > 1e-3  # fewer negatives, another loss
+    assert abs(replicated[True] - whole) <= 1e-5 * whole
+    mean_of_halves = sum(halves) / 2
+    assert abs(replicated[False] - mean_of_halves) <= 1e-5 * mean_of_halves
+    assert abs(replicated[False] - whole) > 1e-3  # fewer negatives, another loss
 
 
 def test_the_switch_is_a_config_field_and_a_layer_argument():

@@ -12,7 +12,6 @@ from conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
     moco_batch,
-    run_on_two_replicas,
     subprocess_env,
     tiny_moco_task,
 )
@@ -203,11 +202,8 @@ def test_config_errors_name_the_field_and_recipes_load():
     assert ablation.task.moco.momentum == 0.0
 
 
-_TWO_REPLICAS = """
-    import numpy as np
-    import tf_keras
-    from conftest import moco_batch, tiny_moco_task
-
+def test_two_replicas_hold_identical_queues(two_replicas):
+    """Two logical CPUs, 3 steps of 8 pairs (4 per replica) into queues of 12."""
     task = tiny_moco_task(queue_size=12, momentum=0.5)
     task.task_config.train_data.global_batch_size = 8
     batches = [tf.nest.map_structure(lambda t: t.numpy(), moco_batch(8, s, first_id=100 * s))
@@ -221,8 +217,7 @@ _TWO_REPLICAS = """
     for batch in batches:
         step(tf.nest.map_structure(tf.constant, batch))
 
-    strategy = two_replicas()
-    with strategy.scope():
+    with two_replicas.scope():
         model = task.build_model()
         optimizer = tf_keras.optimizers.SGD(0.5)
     for w, value in zip(model.weights, weights):
@@ -230,45 +225,36 @@ _TWO_REPLICAS = """
 
     @tf.function
     def train(inputs):
-        strategy.run(lambda x: task.train_step(x, model, optimizer), args=(inputs,))
+        two_replicas.run(lambda x: task.train_step(x, model, optimizer), args=(inputs,))
 
     for batch in batches:
         def per_replica(context, batch=batch):
             half = context.replica_id_in_sync_group * 4
             return tf.nest.map_structure(lambda a: tf.constant(a[half:half + 4]), batch)
-        train(strategy.experimental_distribute_values_from_function(per_replica))
+        train(two_replicas.experimental_distribute_values_from_function(per_replica))
 
     def replicas(variable):
-        return [v.numpy() for v in strategy.experimental_local_results(variable)]
+        return [v.numpy() for v in two_replicas.experimental_local_results(variable)]
+
     state = (model.source_queue.weights + model.target_queue.weights
              + model.key_encoder.weights + model.encoder.weights)
     single_state = (single.source_queue.weights + single.target_queue.weights
                     + single.key_encoder.weights + single.encoder.weights)
-    report({
-        "replica_diff": max(float(np.abs(np.asarray(a, float) - np.asarray(b, float)).max())
-                            for a, b in map(replicas, state)),
-        # relative to the magnitude (at least 1): an all-reduce of 2 halves rounds
-        # differently from one batch of 8, by an ulp or so
-        "single_diff": max(float((np.abs(replicas(v)[0] - s.numpy())
-                                  / np.maximum(1.0, np.abs(s.numpy()))).max())
-                           for v, s in zip(state, single_state)),
-        "ids": replicas(model.source_queue.ids)[1].tolist(),
-        "ptr": int(replicas(model.source_queue.queue_ptr)[1]),
-        "key_moved": float(np.abs(replicas(model.key_encoder.weights[0])[0]
-                                  - weights[0]).max())})
-"""
-
-
-def test_two_replicas_hold_identical_queues(tmp_path):
-    """Two logical CPUs, 3 steps of 8 pairs (4 per replica) into queues of 12."""
-    values = run_on_two_replicas(tmp_path, _TWO_REPLICAS)
-    assert values["replica_diff"] == 0.0
-    assert values["single_diff"] < 1e-5, values
-    assert values["key_moved"] > 1e-4  # the keys did follow the trained queries
+    assert max(float(np.abs(np.asarray(a, float) - np.asarray(b, float)).max())
+               for a, b in map(replicas, state)) == 0.0
+    # Relative to the magnitude (at least 1): an all-reduce of 2 halves rounds differently
+    # from one batch of 8, by an ulp or so.
+    single_diff = max(float((np.abs(replicas(v)[0] - s.numpy())
+                             / np.maximum(1.0, np.abs(s.numpy()))).max())
+                      for v, s in zip(state, single_state))
+    assert single_diff < 1e-5, single_diff
+    key_moved = float(np.abs(replicas(model.key_encoder.weights[0])[0] - weights[0]).max())
+    assert key_moved > 1e-4  # the keys did follow the trained queries
     # Step 1 filled slots 0-7, step 2 wrote 8-11 and wrapped to 0-3, step 3 wrote 4-11; each
     # step's 8 keys in replica order (replica 0's rows, then replica 1's).
-    assert values["ids"] == [104, 105, 106, 107, 200, 201, 202, 203, 204, 205, 206, 207]
-    assert values["ptr"] == 0
+    assert replicas(model.source_queue.ids)[1].tolist() == [
+        104, 105, 106, 107, 200, 201, 202, 203, 204, 205, 206, 207]
+    assert int(replicas(model.source_queue.queue_ptr)[1]) == 0
 
 
 def _driver(model_dir, steps, extra=""):

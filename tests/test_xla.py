@@ -6,17 +6,11 @@ import os
 import subprocess
 import sys
 
-# XLA's CPU backend spends most of a compile in LLVM optimisation; these steps are tiny, so
-# the cheapest backend settings keep a compile at seconds instead of tens of seconds. Read
-# at the first XLA compile of the process, which comes after test collection.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
-                                   "--xla_llvm_disable_expensive_passes=true")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-from conftest import (  # noqa: E402
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
     TINY_WORDS,
@@ -26,7 +20,7 @@ from conftest import (  # noqa: E402
     write_corpus,
 )
 
-from cmlm_tf.training import lean_layers, steps  # noqa: E402
+from cmlm_tf.training import lean_layers, steps
 
 CORPUS = REPO_DIR / "cmlm_tf" / "data" / "corpus"
 

@@ -5,18 +5,20 @@ the batch with every other, so its batch cannot simply be split into accumulatio
 depends on the encoder's weights only through the embeddings, though, so its gradient can be
 assembled in three passes that each hold one chunk's activations at a time:
 
-1. embed the batch chunk by chunk, without a tape (no activations kept);
+1. embed the batch chunk by chunk, without a tape (no activations kept): `embed_in_chunks`;
 2. compute the loss over all embeddings (gathered across replicas as the loss itself does)
-   and its gradient with respect to the embeddings, g;
+   and its gradient with respect to the embeddings, g: the train step does this, under the
+   tape that also differentiates the rest of the model's outputs, so the loss is computed
+   once;
 3. embed each chunk again under a tape and back-propagate the chunk's slice of g into the
-   weights, summing over chunks.
+   weights, summing over chunks: `chunk_gradients`.
 
 With the same dropout masks in passes 1 and 3 (`cmlm_tf.training.seeded_dropout`) the sum is
 exactly the gradient of the uncached step, while memory grows with the chunk size instead of
 the batch size: the price is a second forward pass per chunk.
 """
 
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -45,51 +47,42 @@ def chunk(batch: Any, index: tf.Tensor, num_chunks: int) -> Any:
     return tf.nest.map_structure(take, batch)
 
 
-def cached_gradients(
-    embed: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
-    num_chunks: int,
-    loss_fn: Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]],
-    variables: Sequence[tf.Variable],
-    scale_loss: Callable[[tf.Tensor], tf.Tensor] = lambda loss: loss,
-) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor], List[tf.Tensor]]:
-    """The losses, the embeddings and the weights' gradients of a cached step.
+def embed_in_chunks(embed: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
+                    num_chunks: int) -> Dict[str, tf.Tensor]:
+    """Pass 1: every chunk's embeddings, computed without a tape and concatenated in order.
 
     Args:
         embed: chunk index (int32 scalar tensor) -> dict of float [rows, dim] embeddings of
             that chunk; it must be deterministic for a given index (seeded dropout), and
             every chunk must give the same row counts.
         num_chunks: how many chunks the batch has.
-        loss_fn: dict of the whole batch's embeddings (chunks concatenated in order) -> dict
-            of losses with the scalar `loss`; may all-gather across replicas.
-        variables: the weights to differentiate.
-        scale_loss: what is differentiated, from `loss` (e.g. divided by the number of
-            replicas, times a loss scale).
-
-    Returns:
-        (the losses of `loss_fn`, the embeddings, the gradients in `variables` order).
     """
     def embed_without_tape(index):
         return {key: tf.stop_gradient(value) for key, value in embed(index).items()}
 
     first = embed_without_tape(tf.constant(0))
+    if num_chunks == 1:
+        return first
     keys = sorted(first)
-    if num_chunks > 1:
-        rest = tf.map_fn(lambda i: embed_without_tape(i), tf.range(1, num_chunks),
-                         fn_output_signature={k: tf.TensorSpec(first[k].shape, first[k].dtype)
-                                              for k in keys},
-                         parallel_iterations=1)
-        embeddings = {k: tf.concat([first[k], tf.reshape(rest[k], [-1, first[k].shape[-1]])],
-                                   0) for k in keys}
-    else:
-        embeddings = first
-    with tf.GradientTape() as tape:
-        tape.watch([embeddings[k] for k in keys])
-        losses = loss_fn(embeddings)
-        differentiated = scale_loss(losses["loss"])
-    embedding_grads = dict(zip(keys, tape.gradient(differentiated,
-                                                   [embeddings[k] for k in keys])))
+    rest = tf.map_fn(embed_without_tape, tf.range(1, num_chunks),
+                     fn_output_signature={k: tf.TensorSpec(first[k].shape, first[k].dtype)
+                                          for k in keys},
+                     parallel_iterations=1)
+    return {k: tf.concat([first[k], tf.reshape(rest[k], [-1, first[k].shape[-1]])], 0)
+            for k in keys}
+
+
+def chunk_gradients(embed: Callable[[tf.Tensor], Dict[str, tf.Tensor]], num_chunks: int,
+                    embedding_grads: Dict[str, Optional[tf.Tensor]],
+                    variables: Sequence[tf.Variable]) -> List[tf.Tensor]:
+    """Pass 3: the weights' gradients, each chunk embedded again under a tape and its slice
+    of `embedding_grads` (pass 2: the differentiated loss's gradient with respect to the
+    output of `embed_in_chunks`, None for an embedding the loss does not read) back-propagated,
+    summed over the chunks. Returns dense gradients in `variables` order."""
+    keys = sorted(k for k, grad in embedding_grads.items() if grad is not None)
     # [num_chunks, rows, dim], so each chunk's slice is a gather with a static shape (XLA).
-    chunk_grads = {k: tf.reshape(embedding_grads[k], [num_chunks] + first[k].shape.as_list())
+    chunk_grads = {k: tf.reshape(embedding_grads[k],
+                                 [num_chunks, -1, embedding_grads[k].shape[-1]])
                    for k in keys}
 
     def backward_chunk(index, accumulated):
@@ -106,7 +99,7 @@ def cached_gradients(
     zeros = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
     _, grads = tf.while_loop(lambda index, _: index < num_chunks, backward_chunk,
                              (tf.constant(0), zeros), parallel_iterations=1)
-    return losses, embeddings, grads
+    return grads
 
 
 def _dense(grad, variable):

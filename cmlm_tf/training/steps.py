@@ -104,40 +104,35 @@ def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
     # Attention cores and feed-forward activations recompute their largest intermediates in
     # the backward pass instead of keeping them (`lean_layers`).
     lean_layers.make_lean(model)
-    cached_grads = None
     with tf.GradientTape() as tape:
         other = forward() if forward is not None else None
+        embeddings = None
         if ranked is not None and chunks == 1:
             embeddings = ranked.embed(ranked.features)
         # Read after the forward pass, which builds the layers of a model not called before
         # (a CMLM head's projections): all of them train.
         variables = model.trainable_variables
-        if ranked is not None and chunks > 1:
-            # The loss is differentiated twice: through the ranked embeddings with the other
-            # outputs held constant (cached, chunk by chunk), and through the other outputs
-            # with the embeddings held constant (this tape); the two gradients add up.
+        if chunks > 1:
+            # Cached gradients: the chunks are embedded without this tape, which watches
+            # their embeddings instead; their gradient is back-propagated chunk by chunk
+            # after it (`gradient_cache`), and adds to the one through the other outputs.
+            embed_chunk = _replayable_chunks(ranked, model, optimizer, chunks)
             with tape.stop_recording():
-                held = (None if other is None
-                        else tf.nest.map_structure(tf.stop_gradient, other))
-                ranked_losses, embeddings, cached_grads = gradient_cache.cached_gradients(
-                    _replayable_chunks(ranked, model, optimizer, chunks), chunks,
-                    lambda emb: task.compute_losses(inputs, assemble(held, emb)),
-                    variables, lambda loss: _scale(loss, optimizer))
-            embeddings = tf.nest.map_structure(tf.stop_gradient, embeddings)
-        elif ranked is None:
-            embeddings = None
+                embeddings = gradient_cache.embed_in_chunks(embed_chunk, chunks)
+            tape.watch(embeddings)
         outputs = assemble(other, embeddings)
-        if cached_grads is not None and other is None:
-            losses = ranked_losses  # the same losses: nothing else to differentiate
-        else:
-            losses = task.compute_losses(inputs, outputs)
+        losses = task.compute_losses(inputs, outputs)
         loss = losses["loss"]
         if model.losses:
             loss += tf.add_n(model.losses)
         scaled = _scale(loss, optimizer)
-    grads = tape.gradient(scaled, variables)
-    if cached_grads is not None:
+    if chunks > 1:
+        grads, embedding_grads = tape.gradient(scaled, (variables, embeddings))
+        cached_grads = gradient_cache.chunk_gradients(embed_chunk, chunks, embedding_grads,
+                                                      variables)
         grads = [_add(grad, cached) for grad, cached in zip(grads, cached_grads)]
+    else:
+        grads = tape.gradient(scaled, variables)
     grads = [dense_gradient(grad) for grad in grads]
     if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
         grads = optimizer.get_unscaled_gradients(grads)
