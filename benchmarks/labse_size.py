@@ -4,7 +4,7 @@ tanh projection and L2 normalisation (sentence-transformers' LaBSE layout), rand
 
     python benchmarks/labse_size.py --output runs/labse_size [--tflite]
 
-The vocabulary is `labse_size_vocab()` of tests/data/make_st_standins.py (the labse_layout
+The vocabulary is `labse_size_vocab()` of tests/testdata/make_st_standins.py (the labse_layout
 stand-in's 3,000 entries, then pieces of two of its characters), whose ids
 `tests/test_bert_normalizer.py` checks against Hugging Face's tokenizer. Writes
 `OUTPUT/converted/` (what `cmlm_tf.import_model` writes for an imported model) and exports it
@@ -34,11 +34,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def labse_size_vocab():
     spec = importlib.util.spec_from_file_location(
-        "make_st_standins", REPO / "tests" / "data" / "make_st_standins.py")
+        "make_st_standins", REPO / "tests" / "testdata" / "make_st_standins.py")
     maker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(maker)
     return maker.labse_size_vocab(
-        maker.standin_vocab(REPO / "tests" / "data" / "st_standins" / "labse_layout"))
+        maker.standin_vocab(REPO / "tests" / "testdata" / "st_standins" / "labse_layout"))
 
 
 def size_of(path: pathlib.Path) -> int:

@@ -1,7 +1,7 @@
 r"""Every way from text to vector, compared: cosines between paths and STS-B dev Spearman.
 
     python benchmarks/paths_agreement.py --model EXPORT --stsb ../shared/data/stsb/sts-dev.csv \
-        [--golden tests/data/minilm_golden.json]
+        [--golden tests/testdata/minilm_golden.json]
 
 EXPORT must be written with `--tflite`. Paths: `cmlm_tf.load().encode()`, `serving/1`'s
 `serving_default` and `from_token_ids` signatures, the TF Hub `preprocessor` + `encoder`

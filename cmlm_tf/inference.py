@@ -11,6 +11,7 @@ row count (`bucket_rows`) and runs the plain forward XLA-compiled, one graph per
 built once and reused (off by default: the saved graphs ran faster, docs/results.md).
 """
 
+import functools
 import json
 import logging
 import numbers
@@ -35,7 +36,6 @@ FORMAT_VERSION = 2
 _TOKENIZE_BATCHES = 16
 # CPU flags (Linux /proc/cpuinfo) of native bfloat16 arithmetic.
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-_warned = set()
 
 
 def bucket_length(num_tokens: int, seq_length: int) -> int:
@@ -132,14 +132,18 @@ def warn_if_bfloat16_is_emulated() -> bool:
 
     if tf.config.list_physical_devices("GPU"):
         return False
-    if "bfloat16" not in _warned:
-        _warned.add("bfloat16")
-        message = ("precision='bfloat16': this CPU has neither AVX512_BF16 nor AMX, so "
-                   "TensorFlow emulates bfloat16 and it runs slower than float32 here; use "
-                   "precision='float32'")
-        logging.getLogger(__name__).warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    _warn_once("precision='bfloat16': this CPU has neither AVX512_BF16 nor AMX, so "
+               "TensorFlow emulates bfloat16 and it runs slower than float32 here; use "
+               "precision='float32'")
     return True
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Logs `message` and issues it as a RuntimeWarning, the first time in a process only
+    (`_warn_once.cache_clear()` forgets what was said)."""
+    logging.getLogger(__name__).warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def apply_thread_settings(intra_op_threads: Optional[int],

@@ -396,6 +396,22 @@ def tokenize_and_pack(tokenizer: tf_keras.layers.Layer, special: Dict[str, int],
                                pad_to_seq_length=pad_to_seq_length)
 
 
+class SentencePacker:
+    """Packs batches of sentences with one tokenizer: a string [batch] tensor -> a TF Hub
+    input dict of int32 [batch, seq_length], padded to `seq_length` (static shapes, as the
+    train and validation pipelines give them). Attributes: `tokenizer`, its `special` ids
+    and `seq_length`."""
+
+    def __init__(self, tokenizer: tf_keras.layers.Layer, seq_length: int):
+        self.tokenizer = tokenizer
+        self.special = special_token_ids(tokenizer)
+        self.seq_length = seq_length
+
+    def __call__(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return tokenize_and_pack(self.tokenizer, self.special, sentences, self.seq_length,
+                                 pad_to_seq_length=True)
+
+
 class _ValidUtf8(tf_keras.layers.Layer):
     """Keras wrapper of `valid_utf8`, so the preprocessor stays a plain functional model."""
 

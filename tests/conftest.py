@@ -167,8 +167,18 @@ def minilm_export(tmp_path_factory, minilm_hf_dir):
 
 @pytest.fixture(scope="session")
 def golden():
-    data = json.loads((TESTS_DIR / "data" / "minilm_golden.json").read_text(encoding="utf-8"))
+    data = json.loads((TESTS_DIR / "testdata" / "minilm_golden.json").read_text(encoding="utf-8"))
     return data["sentences"], np.asarray(data["embeddings"], np.float32)
+
+
+@pytest.fixture
+def one_blas_thread():
+    """NumPy's and scikit-learn's BLAS on one thread for the test: a tiny fit on several
+    threads only contends for the cores (30 times slower on 2 busy cores)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
 
 
 def cosines(a, b) -> np.ndarray:
@@ -201,6 +211,13 @@ def cli_env() -> dict:
     """`subprocess_env()` with TensorFlow's C++ log level left to the command's own default,
     as a user runs it."""
     return {k: v for k, v in subprocess_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def write_byte_lines(path: pathlib.Path, lines) -> str:
+    """Writes `lines` (bytes, without line ends) to `path`, one per line; returns the path as
+    a string, as config fields take it."""
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return str(path)
 
 
 def write_corpus(path: pathlib.Path, documents) -> pathlib.Path:

@@ -1,10 +1,12 @@
 """The package's shape, read from its source (docs/architecture.md): no import cycles, the
-losses and models below the training mechanics, and no class defined inside a function."""
+losses and models below the training mechanics, no class defined inside a function, no
+module state written at run time, and tests that mirror the package."""
 
 import ast
 import pathlib
+import re
 
-from conftest import REPO_DIR
+from tests.conftest import REPO_DIR
 
 PACKAGE = REPO_DIR / "cmlm_tf"
 
@@ -99,6 +101,11 @@ def test_no_task_overrides_the_train_step():
     assert not overriding, overriding
 
 
+# Methods that change a list, dict or set in place.
+_MUTATORS = {"add", "append", "clear", "discard", "extend", "insert", "pop", "popitem",
+             "remove", "setdefault", "update"}
+
+
 def _module_level_names(tree) -> set:
     names = set()
     for node in tree.body:
@@ -124,8 +131,9 @@ def _package_aliases(tree, modules) -> set:
 
 def test_no_module_state_is_written_at_run_time():
     """Parameters travel as arguments: no `global` statement, no function that assigns into
-    a module-level variable of its own module (`_STATE[0] = ...`), and no assignment to
-    another package module's attributes (`pipeline.RESUME = ...`)."""
+    a module-level variable of its own module (`_STATE[0] = ...`) or changes one in place
+    (`_SEEN.add(...)`), and no assignment to another package module's attributes
+    (`pipeline.RESUME = ...`)."""
     modules = _modules()
     found = []
     for name, path in modules.items():
@@ -135,6 +143,11 @@ def test_no_module_state_is_written_at_run_time():
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(function):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in _MUTATORS
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id in own):
+                    found.append(f"{name}.{function.name}: changes {node.func.value.id} "
+                                 f"in place (line {node.lineno})")
                 if isinstance(node, ast.Global):
                     found.append(f"{name}.{function.name}: global {', '.join(node.names)}")
                 targets = node.targets if isinstance(node, ast.Assign) else \
@@ -149,3 +162,29 @@ def test_no_module_state_is_written_at_run_time():
                             found.append(f"{name}.{function.name}: assigns into "
                                          f"{part.value.id} (line {node.lineno})")
     assert not found, found
+
+
+def _named_by_tests(modules) -> dict:
+    """{module: the test files that import it or name it in full (`-m cmlm_tf.train`)}."""
+    named = {name: [] for name in modules}
+    for path in (REPO_DIR / "tests").rglob("test_*.py"):
+        text = path.read_text(encoding="utf-8")
+        mentioned = set(re.findall(r"\bcmlm_tf(?:\.\w+)+", text)) & set(modules)
+        for name in _imports(path.stem, path, modules) | mentioned:
+            named[name].append(path.relative_to(REPO_DIR).as_posix())
+    return named
+
+
+def test_tests_mirror_the_package_and_name_every_module():
+    """Each subpackage of cmlm_tf/ has its folder of tests (tests/data/ for cmlm_tf/data/),
+    and a test imports or runs every module of the package."""
+    modules = _modules()
+    subpackages = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
+    assert subpackages, "no subpackage found"
+    missing = [name for name in subpackages if not (REPO_DIR / "tests" / name).is_dir()]
+    assert not missing, f"no tests/<name>/ folder for cmlm_tf/<name>/: {missing}"
+    unnamed = sorted(name for name, tests in _named_by_tests(modules).items()
+                     if not tests and name != "cmlm_tf"
+                     and not name.endswith((".__main__",)) and "." in name
+                     and not modules[name].name == "__init__.py")
+    assert not unnamed, f"modules no test imports or runs: {unnamed}"

@@ -5,9 +5,9 @@ import hashlib
 import json
 
 import pytest
-from conftest import REPO_DIR, SHARED_DATA, TESTS_DIR
 
 from cmlm_tf import bert_normalizer, configs, tokenization
+from tests.conftest import REPO_DIR, SHARED_DATA, TESTS_DIR
 
 UDHR = SHARED_DATA / "udhr"
 BUNDLED_VOCAB = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "vocab.txt"
@@ -50,7 +50,7 @@ def test_format_and_control_characters_join_the_text_around_them(tmp_path, lower
 
 
 def _digest(lines_of_ids):
-    # As tests/data/make_udhr_wordpiece_golden.py computes it.
+    # As tests/testdata/make_udhr_wordpiece_golden.py computes it.
     text = "\n".join(" ".join(str(i) for i in ids) for ids in lines_of_ids)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
@@ -60,8 +60,8 @@ def _digest(lines_of_ids):
 @pytest.mark.parametrize("name", ["bundled", "minilm"])
 def test_udhr_ids_equal_hugging_face_bert_tokenizer(name):
     """Every paragraph of the UDHR's 441 translations and 431 preambles: the ids equal
-    `transformers.BertTokenizer`'s (digests in tests/data/udhr_wordpiece_golden.json.gz)."""
-    with gzip.open(TESTS_DIR / "data" / "udhr_wordpiece_golden.json.gz", "rt") as f:
+    `transformers.BertTokenizer`'s (digests in tests/testdata/udhr_wordpiece_golden.json.gz)."""
+    with gzip.open(TESTS_DIR / "testdata" / "udhr_wordpiece_golden.json.gz", "rt") as f:
         golden = json.load(f)["vocabularies"][name]
     tokenizer = wordpiece(BUNDLED_VOCAB if name == "bundled" else minilm_vocab())
     files = sorted(golden)
@@ -140,12 +140,12 @@ def test_table_in_the_op_maps_each_character_as_the_rules_say(lower_case):
 
 
 def load_standin_maker():
-    """tests/data/make_st_standins.py as a module (its `labse_size_vocab` rebuilds the
+    """tests/testdata/make_st_standins.py as a module (its `labse_size_vocab` rebuilds the
     LaBSE-size vocabulary from the committed stand-in)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "make_st_standins", TESTS_DIR / "data" / "make_st_standins.py")
+        "make_st_standins", TESTS_DIR / "testdata" / "make_st_standins.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -154,12 +154,12 @@ def load_standin_maker():
 def test_ids_equal_hugging_face_at_labse_vocabulary_size(tmp_path):
     """A cased vocabulary of LaBSE's 501,153 entries: the fast tokenizer packs the stand-in
     texts (68 languages, 32 scripts) into the ids `transformers.BertTokenizer` gave."""
-    with gzip.open(TESTS_DIR / "data" / "st_standins_golden.json.gz", "rt",
+    with gzip.open(TESTS_DIR / "testdata" / "st_standins_golden.json.gz", "rt",
                    encoding="utf-8") as f:
         golden = json.load(f)
     maker = load_standin_maker()
     vocab = maker.labse_size_vocab(
-        maker.standin_vocab(TESTS_DIR / "data" / "st_standins" / "labse_layout"))
+        maker.standin_vocab(TESTS_DIR / "testdata" / "st_standins" / "labse_layout"))
     assert len(vocab) == 501153
     (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in vocab),
                                         encoding="utf-8")

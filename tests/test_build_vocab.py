@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_DIR
 
 from cmlm_tf import build_vocab as bv
 from cmlm_tf.build_vocab import RESERVED_TOKENS, VocabError, build_vocab, language_weights
+from tests.conftest import REPO_DIR
 
 EN = {
     "greet": ["Hello", "Hi"],

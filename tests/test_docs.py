@@ -6,7 +6,8 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO_DIR
+
+from tests.conftest import REPO_DIR
 
 # Module run with `python -m` -> the module whose build_parser() parses its flags.
 PARSERS = {

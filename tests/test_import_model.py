@@ -1,6 +1,6 @@
 """Imports of TF1 BERT checkpoints, Model Garden TF2 checkpoints and TF Hub BERT encoders.
 
-The three are made here from one stand-in's weights (tests/data/st_standins/labse_layout:
+The three are made here from one stand-in's weights (tests/testdata/st_standins/labse_layout:
 LaBSE's layout, whose `Dense` module is BERT's tanh pooler): the original BERT's variable
 names written to a checkpoint, Model Garden's own TF1 -> TF2 converter
 (`tf2_bert_encoder_checkpoint_converter`) on it, and Model Garden's `export_tfhub_lib` on
@@ -15,11 +15,11 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TESTS_DIR, cosines
 
 from cmlm_tf import convert_hf_bert, import_model
+from tests.conftest import TESTS_DIR, cosines
 
-STANDIN = TESTS_DIR / "data" / "st_standins" / "labse_layout"
+STANDIN = TESTS_DIR / "testdata" / "st_standins" / "labse_layout"
 
 
 def _tf1_name(hf_name):
@@ -96,7 +96,7 @@ def families(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def golden():
-    with gzip.open(TESTS_DIR / "data" / "st_standins_golden.json.gz", "rt",
+    with gzip.open(TESTS_DIR / "testdata" / "st_standins_golden.json.gz", "rt",
                    encoding="utf-8") as f:
         data = json.load(f)
     return data["texts"], data["sources"], data["models"]["labse_layout"]

@@ -5,9 +5,9 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO_DIR, subprocess_env
 
 from cmlm_tf import mine_hard_negatives as miner
+from tests.conftest import REPO_DIR, subprocess_env
 
 PAIRS = [
     ("the dog is running", "the dog runs"),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import zipfile
 
-from conftest import REPO_DIR, TINY_CMLM_OVERRIDES
+from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES
 
 
 def _run(command, cwd, env, timeout=600):

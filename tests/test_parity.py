@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO_DIR, SHARED_DATA
 
 import cmlm_tf
+from tests.conftest import REPO_DIR, SHARED_DATA
 
 # sentence-transformers (independent implementation) scores STS-B dev at 0.8672.
 STSB_DEV_SPEARMAN = 0.8672

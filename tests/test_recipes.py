@@ -4,7 +4,8 @@ import glob
 import re
 
 import pytest
-from conftest import REPO_DIR
+
+from tests.conftest import REPO_DIR
 
 CONFIGS = REPO_DIR / "configs"
 RECIPES = sorted(path.name for path in CONFIGS.glob("*.yaml"))

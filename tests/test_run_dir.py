@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-from conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env
 
 from cmlm_tf import run_dir
+from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env
 
 TRAIN = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
          "--config_file=cmlm_tiny", "--mode=train"]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
-from conftest import SHARED_DATA
 
 from cmlm_tf import configs, tokenization
+from tests.conftest import SHARED_DATA
 
 
 def classic_ids(vocab_file, lower_case, texts):

@@ -51,15 +51,11 @@ class BitextDataConfig(configs.TextDataConfig):
     shuffle_buffer_size: int = 100000
 
 
-@dataclasses.dataclass
-class BitextStats:
-    files: List[str]
+@dataclasses.dataclass(kw_only=True)
+class BitextStats(records.ScanStats):
     file_type: str
-    records: int = 0
     pairs: int = 0
-    malformed: int = 0
     examples: List[str] = dataclasses.field(default_factory=list)
-    complete: bool = True  # whether the counts cover every record (else the first ones)
 
 
 def infer_file_type(files: Sequence[str], file_type: str = "",
@@ -235,14 +231,9 @@ class BitextFeaturizer:
     """
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int):
-        self.tokenizer = tokenization.build_tokenizer(tokenizer_config)
-        self.special = tokenization.special_token_ids(self.tokenizer)
-        self.seq_length = seq_length
+        self.pack = tokenization.SentencePacker(tokenization.build_tokenizer(tokenizer_config),
+                                                seq_length)
         self.lower_case = bool(tokenizer_config.lower_case)
-
-    def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
-        return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
-                                              self.seq_length, pad_to_seq_length=True)
 
     def __call__(self, pairs: Dict[str, tf.Tensor]) -> Dict:
         features = {

@@ -41,8 +41,10 @@ def interleave_files(files: Sequence[str], read_file: Callable[[tf.Tensor], tf.d
                      seed: Optional[int] = None) -> tf.data.Dataset:
     """Records of `read_file(path)` over this input pipeline's share of `files`.
 
-    Training shuffles the file order and repeats; evaluation reads each file once, in order.
-    Records are sharded instead of files when there are fewer files than pipelines.
+    Up to 8 files are read at a time, one record from each in turn (a1, b1, a2, b2, ...).
+    Training shuffles the file order and repeats; evaluation reads every record once, in
+    the same order on every run. Records are sharded instead of files when there are fewer
+    files than pipelines.
     """
     files, shard_records = shard_files(files, input_context)
     dataset = tf.data.Dataset.from_tensor_slices(list(files))

@@ -165,7 +165,8 @@ class BatchMasker:
 
 class MaskingFeaturizer:
     """What a masked-LM featurizer holds: the tokenizer and its special ids (`tokenizer`,
-    `special`), the packed length `seq_length` and a `BatchMasker` (`masker`)."""
+    `special`), the packed length `seq_length`, a `BatchMasker` (`masker`) and a
+    `tokenization.SentencePacker` of that tokenizer (`pack`)."""
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
                  max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
@@ -173,3 +174,4 @@ class MaskingFeaturizer:
                                   seed=seed)
         self.tokenizer, self.special = self.masker.tokenizer, self.masker.special
         self.seq_length = seq_length
+        self.pack = tokenization.SentencePacker(self.tokenizer, seq_length)

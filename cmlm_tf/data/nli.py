@@ -53,15 +53,11 @@ class NLIDataConfig(configs.TextDataConfig):
     shuffle_buffer_size: int = 100000
 
 
-@dataclasses.dataclass
-class NLIStats:
-    files: List[str]
-    records: int = 0
+@dataclasses.dataclass(kw_only=True)
+class NLIStats(records.ScanStats):
     examples: int = 0
-    malformed: int = 0
     labels: List[int] = dataclasses.field(default_factory=lambda: [0, 0, 0])
     problems: List[str] = dataclasses.field(default_factory=list)
-    complete: bool = True  # whether the counts cover every line (else the first ones)
 
 
 def parse_label(value: bytes) -> Optional[int]:
@@ -285,17 +281,12 @@ class NLIFeaturizer:
     dicts, int32 [batch, seq_length]) and `label` (int32 [batch])."""
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int):
-        self.tokenizer = tokenization.build_tokenizer(tokenizer_config)
-        self.special = tokenization.special_token_ids(self.tokenizer)
-        self.seq_length = seq_length
+        self.pack = tokenization.SentencePacker(tokenization.build_tokenizer(tokenizer_config),
+                                                seq_length)
 
     def __call__(self, examples: Dict[str, tf.Tensor]) -> Dict:
-        def pack(sentences):
-            return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
-                                                  self.seq_length, pad_to_seq_length=True)
-
-        return {"premise": pack(examples["premise"]),
-                "hypothesis": pack(examples["hypothesis"]),
+        return {"premise": self.pack(examples["premise"]),
+                "hypothesis": self.pack(examples["hypothesis"]),
                 "label": examples["label"]}
 
 

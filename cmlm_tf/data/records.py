@@ -15,6 +15,7 @@ fields), and each text field must be valid UTF-8 and not empty after trimming AS
 whitespace.
 """
 
+import dataclasses
 import threading
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
@@ -27,6 +28,19 @@ ASCII_WHITESPACE = " \t\n\r\f\v"
 # Records read up front, from the start of the first files, to refuse a corpus that holds no
 # valid record before training starts.
 SAMPLE_RECORDS = 10_000
+
+
+@dataclasses.dataclass(kw_only=True)
+class ScanStats:
+    """What a reader's scan of its files found before the pipeline starts: the `files`, the
+    `records` read and the `malformed` ones among them; `complete`: whether the counts cover
+    every record (else the first ones, `SAMPLE_RECORDS` at most). Readers add their own
+    counts in a subclass."""
+
+    files: List[str]
+    records: int = 0
+    malformed: int = 0
+    complete: bool = True
 
 
 def check_text_fields(fields: Sequence[bytes], needed: int,

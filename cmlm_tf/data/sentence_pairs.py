@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs
 from cmlm_tf.data import masking, pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
 
@@ -111,10 +111,6 @@ class ConditionalMLMFeaturizer(masking.MaskingFeaturizer):
     [batch, seq_length] and [batch, max_predictions_per_seq]. Constructor arguments as
     `masking.MaskingFeaturizer`.
     """
-
-    def pack(self, sentences: tf.Tensor) -> Dict[str, tf.Tensor]:
-        return tokenization.tokenize_and_pack(self.tokenizer, self.special, sentences,
-                                              self.seq_length, pad_to_seq_length=True)
 
     def __call__(self, s1: tf.Tensor, s2: tf.Tensor, batch_index=None) -> Dict:
         first = self.pack(s1)

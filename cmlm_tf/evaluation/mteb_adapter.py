@@ -12,6 +12,7 @@ MTEB, torch and sentence-transformers are the optional extra `pip install 'cmlm_
 nothing here imports them until MTEB itself is in use.
 """
 
+import functools
 import logging
 import os
 import sys
@@ -25,7 +26,6 @@ NAME_PREFIX = "cmlm_tf/"
 # The keyword arguments of MTEB's encoder protocol besides its encode options: they choose
 # prompts, and these encoders take none.
 PROTOCOL_KEYWORDS = ("task_metadata", "hf_split", "hf_subset", "prompt_type")
-_warned = set()
 
 
 def import_mteb():
@@ -66,11 +66,8 @@ def loader_texts(inputs, **call) -> List[str]:
         raise ValueError(f"precision={precision!r}: cmlm_tf encoders give float32 embeddings "
                          "only; leave precision out of MTEB's encode_kwargs")
     unknown = tuple(sorted(set(call) - set(PROTOCOL_KEYWORDS)))
-    if unknown and unknown not in _warned:
-        _warned.add(unknown)
-        logging.getLogger(__name__).warning(
-            "MTEB passed encode options this encoder does not use, ignored: %s",
-            ", ".join(unknown))
+    if unknown:
+        _warn_ignored_once(unknown)
     texts = []
     for number, batch in enumerate(inputs):
         if not hasattr(batch, "keys") or "text" not in batch:
@@ -188,3 +185,11 @@ def evaluate_export(export_dir: str, tasks: Sequence, output_folder: str,
                 scores.setdefault(name, {}).setdefault(split, {})[key] = float(
                     entry["main_score"])
     return {"scores": scores, "files": files}
+
+
+@functools.cache
+def _warn_ignored_once(options: tuple) -> None:
+    """Logs that MTEB passed `options`, which these encoders ignore: once per process for
+    each set of options."""
+    logging.getLogger(__name__).warning(
+        "MTEB passed encode options this encoder does not use, ignored: %s", ", ".join(options))

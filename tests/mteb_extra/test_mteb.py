@@ -12,12 +12,12 @@ import datasets
 import mteb
 import numpy as np
 import pytest
-from conftest import SHARED_DATA
 from mteb.abstasks.sts import AbsTaskSTS
 
 import cmlm_tf
 from cmlm_tf import evaluate
 from cmlm_tf.evaluation import mteb_adapter, readers
+from tests.conftest import SHARED_DATA
 
 STS_DEV = SHARED_DATA / "stsb" / "sts-dev.csv"
 needs_sts_dev = pytest.mark.skipif(not STS_DEV.exists(),

@@ -1,0 +1,224 @@
+"""The TF Hub and TF Serving contracts of `python -m export.export_tfhub`."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # noqa: F401
+import tf_keras
+
+from tests.conftest import REPO_DIR, TINY_EXPORT_SEQ_LENGTH
+
+SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !"]
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+@pytest.fixture(params=["wordpiece", "sentencepiece"])
+def any_export(request):
+    """The contract tests run on a WordPiece and on a SentencePiece export."""
+    return request.getfixturevalue(
+        {"wordpiece": "tiny_export", "sentencepiece": "tiny_sp_export"}[request.param])
+
+
+def test_layout_and_metadata(any_export):
+    for sub in ("preprocessor", "encoder", "serving/1"):
+        assert (any_export / sub / "saved_model.pb").exists(), sub
+    meta = json.loads((any_export / "cmlm_tf_export.json").read_text())
+    assert meta["seq_length"] == TINY_EXPORT_SEQ_LENGTH
+    assert meta["dim"] == 32
+    card = (any_export / "README.md").read_text()
+    for needle in ("hub.KerasLayer", "tf.saved_model.load", "tensorflow/serving", "mean",
+                   str(TINY_EXPORT_SEQ_LENGTH)):
+        assert needle in card
+    assert not list(any_export.parent.glob(any_export.name + ".tmp-*")), \
+        "staging folder left behind"
+
+
+def test_hub_keras_layer_round_trip_and_gradients(any_export):
+    preprocessor = hub.KerasLayer(str(any_export / "preprocessor"))
+    encoder = hub.KerasLayer(str(any_export / "encoder"), trainable=True)
+    text = tf_keras.layers.Input(shape=(), dtype=tf.string)
+    outputs = encoder(preprocessor(text))
+    model = tf_keras.Model(text, outputs["default"])
+    batch = tf.constant(SENTENCES)
+
+    inputs = preprocessor(batch)
+    assert inputs["input_word_ids"].shape == (len(SENTENCES), TINY_EXPORT_SEQ_LENGTH)
+    out = encoder(inputs)
+    assert set(out) >= {"pooled_output", "default", "sequence_output", "encoder_outputs"}
+    assert len(out["encoder_outputs"]) == 2
+    np.testing.assert_allclose(tf.norm(out["default"], axis=-1), 1.0, rtol=1e-5)
+    # `pooled_output` is the plain mean of the unmasked tokens, not BERT's tanh pooler.
+    mask = tf.cast(inputs["input_mask"], tf.float32)[:, :, None]
+    mean = tf.reduce_sum(out["sequence_output"] * mask, 1) / tf.reduce_sum(mask, 1)
+    np.testing.assert_allclose(out["pooled_output"], mean, atol=1e-5)
+
+    assert len(model.trainable_variables) > 10
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(batch, training=True) * tf.range(32, dtype=tf.float32))
+    grads = tape.gradient(loss, model.trainable_variables)
+    by_name = {v.name: g for v, g in zip(model.trainable_variables, grads)}
+    word_grads = [g for n, g in by_name.items() if "word_embeddings" in n]
+    assert word_grads and word_grads[0] is not None
+    reached = [n for n, g in by_name.items() if g is not None
+               and float(tf.reduce_sum(tf.abs(tf.convert_to_tensor(g)))) > 0]
+    # Every trainable variable receives gradient (BERT's unused tanh pooler is frozen).
+    assert len(reached) == len(by_name)
+
+
+def test_training_flag_controls_dropout(any_export):
+    preprocessor = hub.KerasLayer(str(any_export / "preprocessor"))
+    encoder = hub.KerasLayer(str(any_export / "encoder"), trainable=True)
+    inputs = preprocessor(tf.constant(SENTENCES))
+    eval_a = encoder(inputs, training=False)["pooled_output"].numpy()
+    eval_b = encoder(inputs, training=False)["pooled_output"].numpy()
+    train = encoder(inputs, training=True)["pooled_output"].numpy()
+    np.testing.assert_array_equal(eval_a, eval_b)
+    assert np.abs(train - eval_a).max() > 1e-3
+
+
+def test_preprocessor_contract_and_seq_length_override(any_export):
+    preprocessor = tf.saved_model.load(str(any_export / "preprocessor"))
+    special = preprocessor.tokenize.get_special_tokens_dict()
+    special = {k: int(v) for k, v in special.items()}
+    assert special["start_of_sequence_id"] == 2 and special["end_of_segment_id"] == 3
+    assert special["padding_id"] == 0 and special["mask_id"] == 4
+    tokens = preprocessor.tokenize(tf.constant(["hello world", "the dog"]))
+    meta = json.loads((any_export / "cmlm_tf_export.json").read_text())
+    # WordPiece: [batch, (words), (pieces)]; SentencePiece: [batch, (pieces)].
+    ragged_rank = {"wordpiece": 2, "sentencepiece": 1}[meta["tokenizer"]["type"]]
+    assert isinstance(tokens, tf.RaggedTensor) and tokens.ragged_rank == ragged_rank
+    assert special["vocab_size"] == meta["vocab_size"]
+    # Lower-casing happens inside the preprocessor.
+    upper = preprocessor.tokenize(tf.constant(["HELLO World", "The DOG"]))
+    assert upper.to_list() == tokens.to_list()
+    # The export-time --seq_length (12, not the run's 16) survived save/load.
+    packed = preprocessor(tf.constant(["hello world"]))
+    assert packed["input_word_ids"].shape == (1, TINY_EXPORT_SEQ_LENGTH)
+    pair = preprocessor.bert_pack_inputs([tokens, tokens], seq_length=tf.constant(8))
+    assert pair["input_word_ids"].shape == (2, 8)
+    ids = pair["input_word_ids"][0].numpy().tolist()
+    assert ids[0] == 2 and ids.count(3) == 2
+    assert pair["input_type_ids"][0].numpy().max() == 1
+
+
+def test_serving_signatures_agree(any_export):
+    serving = tf.saved_model.load(str(any_export / "serving" / "1"))
+    assert set(serving.signatures) == {"serving_default", "from_token_ids"}
+    default = serving.signatures["serving_default"]
+    assert list(default.structured_outputs) == ["embeddings"]
+    from_sentences = default(sentences=tf.constant(SENTENCES))["embeddings"].numpy()
+    preprocessor = tf.saved_model.load(str(any_export / "preprocessor"))
+    ids = preprocessor(tf.constant(SENTENCES))
+    from_ids = serving.signatures["from_token_ids"](**ids)["embeddings"].numpy()
+    np.testing.assert_allclose(from_sentences, from_ids, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(from_sentences, axis=1), 1.0, rtol=1e-5)
+
+
+def test_serving_truncates_to_exported_seq_length(any_export):
+    serving = tf.saved_model.load(str(any_export / "serving" / "1"))
+    packed = serving.tokenize(tf.constant(["the man " * 50, "a"]))
+    assert packed["input_word_ids"].shape == (2, TINY_EXPORT_SEQ_LENGTH)
+    assert packed["input_mask"].numpy().sum(axis=1).tolist() == [TINY_EXPORT_SEQ_LENGTH, 3]
+
+
+def test_serving_accepts_invalid_utf8(any_export):
+    serving = tf.saved_model.load(str(any_export / "serving" / "1"))
+    bad = tf.constant([b"hello \xff\xfe world", b"\xc3", b"ok"])
+    out = serving.signatures["serving_default"](sentences=bad)["embeddings"].numpy()
+    assert np.isfinite(out).all()
+
+
+def test_encoder_has_no_tf_text_ops(any_export):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((any_export / "encoder" / "saved_model.pb").read_bytes())
+    ops = set()
+    for meta_graph in proto.meta_graphs:
+        ops.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    text_ops = {"CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
+                "WordpieceTokenizeWithOffsets", "TFText>RoundRobinTrim", "SentencepieceOp",
+                "SentencepieceTokenizeOp"}
+    assert not ops & text_ops
+    assert not [op for op in ops if op.startswith("TFText")]
+    assert "MatMul" in ops or "BatchMatMulV2" in ops or "Einsum" in ops
+
+
+def test_encoder_loads_in_fresh_process_without_tf_text(tiny_export):
+    result = _run_python(f"""
+        import sys
+        import tensorflow as tf
+        import tensorflow_hub as hub
+        encoder = hub.KerasLayer({str(tiny_export / 'encoder')!r})
+        ids = tf.constant([[2, 10, 11, 3, 0]], tf.int32)
+        out = encoder(dict(input_word_ids=ids, input_mask=tf.cast(ids > 0, tf.int32),
+                           input_type_ids=tf.zeros_like(ids)))
+        assert out["default"].shape == (1, 32), out["default"].shape
+        assert "tensorflow_text" not in sys.modules
+        print("OK")
+    """)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-2000:]
+
+
+def test_existing_export_dir_needs_overwrite(tiny_export, tiny_run_dir, capsys):
+    from cmlm_tf.export import cli as export_cli
+    from cmlm_tf.export import export_lib
+
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        export_lib.export(str(tiny_export), model_dir=str(tiny_run_dir))
+    rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(tiny_export)])
+    assert rc == 2 and "already exists" in capsys.readouterr().err
+
+
+def test_overwrite_replaces_export(tmp_path, tiny_run_dir):
+    from cmlm_tf.export import export_lib
+
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "stale.txt").write_text("old")
+    export_lib.export(str(target), model_dir=str(tiny_run_dir), overwrite=True)
+    assert not (target / "stale.txt").exists()
+    meta = json.loads((target / "cmlm_tf_export.json").read_text())
+    assert meta["seq_length"] == 16  # the training run's task.train_data.seq_length
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_export_errors_name_the_bad_path(tmp_path, tiny_run_dir):
+    from cmlm_tf.export import export_lib
+
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        export_lib.export(str(tmp_path / "e"), model_dir=str(tmp_path / "nowhere"))
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="params.yaml"):
+        export_lib.export(str(tmp_path / "e"), model_dir=str(empty))
+    with pytest.raises(ValueError, match="seq_length"):
+        export_lib.export(str(tmp_path / "e"), model_dir=str(tiny_run_dir), seq_length=1000)
+    assert not (tmp_path / "e").exists()
+
+
+def test_unknown_encoder_key_names_the_items_the_checkpoint_has(tmp_path, tiny_run_dir,
+                                                                 capsys):
+    from cmlm_tf.export import cli as export_cli
+
+    rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir",
+                          str(tmp_path / "out"), "--encoder_key", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"{tiny_run_dir / 'ckpt-1'}: the checkpoint has no item 'nope'" in err
+    assert "(its items: encoder)" in err and "does not fit" not in err
+    assert not list(tmp_path.iterdir())

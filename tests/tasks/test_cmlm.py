@@ -1,0 +1,211 @@
+"""CMLM: projection, conditioning, warm start, the driver, resume, strategies, batch sizes."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from cmlm_tf import configs
+from cmlm_tf.data import sentence_pairs
+from cmlm_tf.modeling import conditional_mlm
+from cmlm_tf.tasks import cmlm
+from tests.conftest import (
+    REPO_DIR,
+    TINY_CMLM_OVERRIDES,
+    TINY_WORDS,
+    subprocess_env,
+    tiny_cmlm_config,
+    write_corpus,
+)
+
+
+def test_every_reader_rejects_a_non_positive_batch_size(tmp_path, tiny_vocab):
+    from cmlm_tf.data import bitext, mlm_tlm, nli
+
+    corpus = write_corpus(tmp_path / "c.txt", [["one two", "three four"]])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a dog\tthe cat\n", encoding="utf-8")
+    examples = tmp_path / "nli.tsv"
+    examples.write_text("a dog\tthe cat\tneutral\n", encoding="utf-8")
+    tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    readers = [
+        lambda: sentence_pairs.cmlm_dataset(sentence_pairs.CMLMDataConfig(
+            input_path=str(corpus), global_batch_size=0), tokenizer),
+        lambda: mlm_tlm.mlm_tlm_dataset(mlm_tlm.MLMTLMDataConfig(
+            input_path=str(corpus), global_batch_size=0, tlm_fraction=0.0), None, tokenizer),
+        lambda: bitext.bitext_dataset(bitext.BitextDataConfig(
+            input_path=str(pairs), global_batch_size=0), tokenizer),
+        lambda: nli.nli_dataset(nli.NLIDataConfig(
+            input_path=str(examples), global_batch_size=0), tokenizer),
+    ]
+    for build in readers:
+        with pytest.raises(ValueError, match="task.train_data.global_batch_size must be "
+                                             "positive, got 0"):
+            build()
+
+
+def test_projection_has_n_outputs_one_equal_to_v():
+    layer = conditional_mlm.ConditionalProjection(hidden_size=8, num_projections=5)
+    v = tf.random.normal([3, 8])
+    out = layer(v).numpy()
+    assert out.shape == (3, 5, 8)
+    np.testing.assert_array_equal(out[:, 0], v.numpy())
+    assert np.abs(out[:, 1:] - v.numpy()[:, None]).max() > 1e-3
+    assert conditional_mlm.ConditionalProjection(8, 1)(v).shape == (3, 1, 8)
+
+
+def test_conditioning_is_used(tmp_path, tiny_vocab):
+    """s2 is one word equal to s1's: only the conditioning vectors can reveal it."""
+    words = TINY_WORDS[:16]
+    corpus = write_corpus(tmp_path / "copy.txt", [[w, w] for w in words] * 20)
+    config = tiny_cmlm_config(tiny_vocab, corpus)
+    tf_keras.utils.set_random_seed(0)
+    task = cmlm.CMLMTask(config)
+    model = task.build_model()
+    optimizer = tf_keras.optimizers.Adam(3e-3)
+    metrics = task.build_metrics()
+    batches = iter(task.build_inputs(config.train_data))
+
+    @tf.function
+    def step(batch):
+        return task.train_step(batch, model, optimizer, metrics)["loss"]
+
+    for _ in range(250):
+        step(next(batches))
+    true_losses, shuffled_losses = [], []
+    for _ in range(5):
+        batch = next(batches)
+        true_losses.append(float(task.build_losses(batch, model(batch, training=False))))
+        shuffled = dict(batch, sentence1=tf.nest.map_structure(
+            lambda t: tf.roll(t, 1, axis=0), batch["sentence1"]))
+        shuffled_losses.append(float(task.build_losses(shuffled, model(shuffled,
+                                                                       training=False))))
+    assert np.mean(true_losses) < 0.5 * np.mean(shuffled_losses), (true_losses,
+                                                                   shuffled_losses)
+    assert np.mean(shuffled_losses) > 1.0
+
+
+def _train(model_dir, steps, extra="", env=None, timeout=300):
+    cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
+           "--config_file=configs/cmlm_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
+           f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps}{extra}"]
+    return subprocess.run(cmd, cwd=REPO_DIR, capture_output=True, text=True,
+                          env=env or subprocess_env(), timeout=timeout)
+
+
+def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
+    from cmlm_tf.modeling import sentence_encoder
+
+    corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
+    config = tiny_cmlm_config(tiny_vocab, corpus)
+    donor = sentence_encoder.build_sentence_encoder(config.model.encoder)
+    config.init_checkpoint = sentence_encoder.write_encoder_checkpoint(donor, str(tmp_path))
+    task = cmlm.CMLMTask(config)
+    model = task.build_model()
+    task.initialize(model)
+    for a, b in zip(donor.weights, model.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_bad_config_key_is_a_one_line_error(tmp_path):
+    result = _train(tmp_path / "run", 1, extra=",task.model.encoder.hiden_size=3")
+    assert result.returncode == 2
+    assert "hiden_size" in result.stderr.strip().splitlines()[-1]
+
+
+def test_empty_corpus_through_the_driver(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    result = _train(tmp_path / "run", 1, extra=f",task.train_data.input_path={empty}")
+    assert result.returncode == 2
+    assert "empty.txt" in result.stderr.strip().splitlines()[-1]
+
+
+def test_mirrored_strategy_over_two_cpu_devices(tmp_path, two_replicas):
+    from cmlm_tf import train
+
+    params = train.build_params("cmlm_tf/cmlm", [str(REPO_DIR / "configs/cmlm_tiny.yaml")],
+                                TINY_CMLM_OVERRIDES + ",trainer.train_steps=10")
+    train.run(params, str(tmp_path / "run"), "train", strategy=two_replicas)
+    assert two_replicas.num_replicas_in_sync == 2
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_on_localhost(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        env = subprocess_env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                       "task": {"type": "worker", "index": index}})
+        cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
+               "--config_file=configs/cmlm_tiny.yaml", "--mode=train",
+               f"--model_dir={tmp_path / 'run'}",
+               f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10,"
+               "runtime.distribution_strategy=multi_worker_mirrored"]
+        procs.append(subprocess.Popen(cmd, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=400))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+    for proc, (_, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
+
+
+def _batches(dataset, count):
+    return [tf.nest.map_structure(lambda t: t.numpy(), batch)
+            for batch in dataset.take(count)]
+
+
+def test_a_resumed_pipeline_continues_where_the_run_stopped(tmp_path, tiny_vocab):
+    """Built with `resume_step=step`, a seeded training pipeline yields what an
+    uninterrupted one yields from batch `step` on: the same pairs and the same masks."""
+    from cmlm_tf.data import bitext
+
+    words = [f"{a} {b}" for a in TINY_WORDS[:8] for b in TINY_WORDS[8:13]]
+    corpus = write_corpus(tmp_path / "c.txt", [[w, " ".join(w.split()[::-1])] for w in words])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{w}\t{w.upper()}\n" for w in words), encoding="utf-8")
+    tokenizer = configs.TokenizerConfig(vocab_file=str(tiny_vocab))
+    builders = [
+        lambda step: sentence_pairs.cmlm_dataset(sentence_pairs.CMLMDataConfig(
+            input_path=str(corpus), global_batch_size=4, seq_length=8,
+            max_predictions_per_seq=2, shuffle_buffer_size=16, seed=5, is_training=True),
+            tokenizer, resume_step=step),
+        lambda step: bitext.bitext_dataset(bitext.BitextDataConfig(
+            input_path=str(pairs), global_batch_size=4, seq_length=8,
+            shuffle_buffer_size=16, seed=5, is_training=True), tokenizer, resume_step=step),
+    ]
+    for build in builders:
+        fresh = _batches(build(0), 7)
+        resumed = _batches(build(3), 4)
+        tf.nest.map_structure(np.testing.assert_array_equal, resumed, fresh[3:])
+        # ... and not what the head of the stream holds.
+        assert not np.array_equal(resumed[0]["target" if "target" in resumed[0] else
+                                             "sentence2"]["input_word_ids"],
+                                  fresh[0]["target" if "target" in fresh[0] else
+                                           "sentence2"]["input_word_ids"])
+
+
