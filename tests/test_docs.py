@@ -1,5 +1,6 @@
 """Every `python -m` command in README.md and docs/ parses with the command's own parser
-(flags, choices such as --experiment, packaged recipe names), and the README stays short."""
+(flags, choices such as --experiment, packaged recipe names), the tests they name exist, and
+the README stays short."""
 
 import importlib
 import re
@@ -174,3 +175,19 @@ def test_one_data_path_convention():
         "`data/udhr/<code>.txt`", "--bible_dir data/bible"])) == 4
     assert not _data_path_errors("example", ["--data ../shared/data/stsb/sts-dev.csv",
                                              "cmlm_tf/data/corpus/bible_en_es.tsv"])
+
+
+def test_every_test_the_docs_name_exists():
+    """`tests/...py` and `tests/...py::test_name` in README.md and docs/ point at a file and a
+    test function that exist (tests move with the modules they test)."""
+    missing = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for file, name in re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", text):
+            target = REPO_DIR / file
+            if not target.is_file():
+                missing.append(f"{path.name}: {file}")
+            elif name and not re.search(rf"^def {name}\(", target.read_text(encoding="utf-8"),
+                                        re.MULTILINE):
+                missing.append(f"{path.name}: {file}::{name}")
+    assert not missing, missing

@@ -1,4 +1,4 @@
-"""Dual momentum contrast: the queue, the momentum update, the loss, replicas and the driver."""
+"""MoCo task: gradients, masked negatives, checkpoints, warm start, config, replicas, driver."""
 
 import json
 import subprocess
@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf.losses import info_nce
-from cmlm_tf.modeling import momentum_queue, sentence_encoder
+from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
@@ -23,87 +22,6 @@ from tests.conftest import (
 def _state(model):
     return [v.numpy() for v in model.source_queue.weights + model.target_queue.weights
             + model.key_encoder.weights]
-
-
-def test_queue_is_fifo_and_wraps_around():
-    queue = momentum_queue.MomentumQueue(size=5, dim=2)
-    assert not queue.trainable_weights and len(queue.non_trainable_weights) == 4
-    assert not queue.read()["filled"].numpy().any()
-    for step in range(3):  # 3 batches of 2 keys: slots 0-1, 2-3, then 4 and (wrapping) 0
-        keys = tf.constant([[step, 0.0], [step, 1.0]]) + 1.0
-        queue.enqueue(keys, ids=tf.constant([10 * step, 10 * step + 1], tf.int64))
-    content = queue.read()
-    np.testing.assert_array_equal(content["keys"].numpy(),
-                                  [[3, 2], [1, 2], [2, 1], [2, 2], [3, 1]])
-    np.testing.assert_array_equal(content["ids"].numpy(), [21, 1, 10, 11, 20])
-    assert int(queue.queue_ptr.numpy()) == 1 and int(queue.queue_count.numpy()) == 5
-    assert float(content["fill"]) == 1.0 and content["filled"].numpy().all()
-    # A batch of 3 on a queue of 5 (not a multiple): slots 1, 2, 3 — the oldest keys.
-    queue.enqueue(tf.fill([3, 2], 9.0))
-    np.testing.assert_array_equal(queue.read()["keys"].numpy()[:, 0], [3, 9, 9, 9, 3])
-    assert int(queue.queue_ptr.numpy()) == 4
-    with pytest.raises(ValueError, match="more than the queue holds"):
-        queue.enqueue(tf.zeros([6, 2]))
-    clone = momentum_queue.MomentumQueue.from_config(queue.get_config())
-    assert (clone.size, clone.dim) == (5, 2)
-
-
-def test_partly_filled_queue_masks_the_empty_slots():
-    queue = momentum_queue.MomentumQueue(size=4, dim=2)
-    queue.enqueue(tf.ones([3, 2]))
-    content = queue.read()
-    np.testing.assert_array_equal(content["filled"].numpy(), [True, True, True, False])
-    assert float(content["fill"]) == 0.75
-
-
-def _reference_info_nce(positive, negatives, mask, temperature):
-    logits = np.concatenate([positive[:, None], np.where(mask, negatives, -np.inf)], 1)
-    logits = logits / temperature
-    top = logits.max(1, keepdims=True)
-    log_z = top[:, 0] + np.log(np.exp(logits - top).sum(1))
-    return np.mean(log_z - logits[:, 0])
-
-
-def test_info_nce_follows_the_formula():
-    rng = np.random.default_rng(0)
-    positive = rng.uniform(-1, 1, size=6).astype(np.float32)
-    negatives = rng.uniform(-1, 1, size=(6, 9)).astype(np.float32)
-    mask = rng.random((6, 9)) > 0.3
-    for temperature in (0.04, 0.5):
-        got = info_nce.info_nce_loss(positive, negatives, temperature, tf.constant(mask))
-        np.testing.assert_allclose(float(got["loss"]),
-                                   _reference_info_nce(positive, negatives, mask, temperature),
-                                   rtol=1e-5)
-    everything = info_nce.info_nce_loss(positive, negatives, 0.5)["loss"]
-    np.testing.assert_allclose(float(everything), _reference_info_nce(
-        positive, negatives, np.ones_like(mask), 0.5), rtol=1e-5)
-    best = np.where(mask, negatives, -np.inf).max(1)
-    np.testing.assert_array_equal(got["correct"].numpy(), (positive >= best).astype(np.float32))
-
-
-def test_momentum_update_on_a_known_example():
-    key, query = tf.Variable([1.0, 2.0]), tf.Variable([3.0, 6.0])
-    momentum_queue.momentum_update([key], [query], 0.9)
-    np.testing.assert_allclose(key.numpy(), [1.2, 2.4], rtol=1e-6)  # 0.9·k + 0.1·q
-    momentum_queue.momentum_update([key], [query], 0.0)
-    np.testing.assert_array_equal(key.numpy(), [3.0, 6.0])
-
-    # In the model: keys start as copies; after the query moves by +1 a training call moves
-    # every key weight by (1 − m)·1 before the keys are computed.
-    task = tiny_moco_task(momentum=0.9)
-    model = task.build_model()
-    start = [v.numpy() for v in model.encoder.weights]
-    for a, b in zip(model.key_encoder.weights, model.encoder.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    for variable in model.encoder.weights:
-        variable.assign_add(tf.ones_like(variable))
-    model(moco_batch(4, seed=1), training=True)
-    for key_weight, value in zip(model.key_encoder.weights, start):
-        np.testing.assert_allclose(key_weight.numpy(), value + 0.1, atol=1e-5)
-    model(moco_batch(4, seed=2), training=False)  # evaluation moves nothing
-    for key_weight, value in zip(model.key_encoder.weights, start):
-        np.testing.assert_allclose(key_weight.numpy(), value + 0.1, atol=1e-5)
-    assert int(model.source_queue.queue_count.numpy()) == 4
 
 
 def test_no_gradient_reaches_key_encoders_or_queues():

@@ -1,0 +1,91 @@
+"""`InferenceForward`: the fused forward against a NumPy post-norm BERT, and its precisions."""
+
+import numpy as np
+import pytest
+import tf_keras
+from scipy.special import erf
+
+from cmlm_tf.modeling import inference_forward, sentence_encoder
+from tests.conftest import tiny_encoder_config
+
+
+def _encoder(**overrides):
+    tf_keras.utils.set_random_seed(5)
+    config = tiny_encoder_config(30, hidden_size=8, num_attention_heads=2, intermediate_size=16,
+                                 max_position_embeddings=16, initializer_range=0.5,
+                                 **overrides)
+    return sentence_encoder.build_sentence_encoder(config)
+
+
+def _numpy_forward(encoder, ids, mask, types):
+    """Post-norm BERT in float64 from the encoder's Keras weights: separate query, key and
+    value heads, masked softmax, exact GELU, masked mean pooling, tanh projection."""
+    def w(variable):
+        return variable.numpy().astype(np.float64)
+
+    def layer_norm(x, norm):
+        mean, variance = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(variance + norm.epsilon) * w(norm.gamma) + w(norm.beta)
+
+    bert = encoder.bert
+    seq = ids.shape[1]
+    x = (w(bert._embedding_layer.embeddings)[ids]
+         + w(bert._position_embedding_layer._position_embeddings)[:seq]
+         + w(bert._type_embedding_layer.embeddings)[types])
+    x = layer_norm(x, bert._embedding_norm_layer)
+    for block in bert._transformer_layers:
+        attention = block._attention_layer
+
+        def heads(dense, x=x):  # [batch, heads, seq, head_dim]
+            return np.einsum("bsw,whd->bhsd", x, w(dense.kernel)) + w(dense.bias)[:, None]
+
+        query, key, value = (heads(attention._query_dense), heads(attention._key_dense),
+                             heads(attention._value_dense))
+        scores = query @ key.transpose(0, 1, 3, 2) / np.sqrt(query.shape[-1])
+        scores = np.where(mask[:, None, None, :] > 0, scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = probs @ value
+        attended = (np.einsum("bhsd,hdw->bsw", context, w(attention._output_dense.kernel))
+                    + w(attention._output_dense.bias))
+        x = layer_norm(x + attended, block._attention_layer_norm)
+        inner = x @ w(block._intermediate_dense.kernel) + w(block._intermediate_dense.bias)
+        inner = 0.5 * inner * (1.0 + erf(inner / np.sqrt(2.0)))
+        output = inner @ w(block._output_dense.kernel) + w(block._output_dense.bias)
+        x = layer_norm(x + output, block._output_layer_norm)
+    weights = mask[..., None].astype(np.float64)
+    pooled = (x * weights).sum(1) / weights.sum(1)
+    return np.tanh(pooled @ w(encoder.projection.kernel) + w(encoder.projection.bias))
+
+
+def test_forward_equals_a_numpy_bert_forward():
+    encoder = _encoder(projection_size=6, projection_activation="tanh")
+    forward = inference_forward.InferenceForward(encoder, precisions=("float32",))
+    rng = np.random.default_rng(2)
+    ids = rng.integers(5, 30, size=[3, 7]).astype(np.int32)
+    mask = (np.arange(7) < np.array([[7], [4], [1]])).astype(np.int32)
+    ids[mask == 0] = 0
+    types = (np.arange(7) >= 3).astype(np.int32)[None].repeat(3, axis=0) * mask
+    actual = forward(ids, mask, types).numpy()
+    expected = _numpy_forward(encoder, ids, mask, types)
+    assert actual.shape == expected.shape == (3, 6) and forward.output_dim == 6
+    np.testing.assert_allclose(actual, expected, atol=1e-5)
+
+
+def test_only_the_prepared_precisions_run():
+    encoder = _encoder()
+    with pytest.raises(ValueError, match=r"precisions must be among .*\['float16'\]"):
+        inference_forward.InferenceForward(encoder, precisions=("float32", "float16"))
+    forward = inference_forward.InferenceForward(encoder, precisions=("float32",))
+    assert forward.precisions == ("float32",) and forward.output_dim == 8
+    assert set(forward.layers[0].matmul_weights) == {"float32"}
+    ids = np.full([1, 4], 7, np.int32)
+    with pytest.raises(ValueError, match="precision 'bfloat16' was not prepared"):
+        forward(ids, np.ones_like(ids), np.zeros_like(ids), precision="bfloat16")
+    both = inference_forward.InferenceForward(encoder)
+    full, half = (both(ids, np.ones_like(ids), np.zeros_like(ids), precision=p).numpy()
+                  for p in inference_forward.PRECISIONS)
+    np.testing.assert_allclose(full, forward(ids, np.ones_like(ids), np.zeros_like(ids)),
+                               atol=1e-6)
+    np.testing.assert_allclose(half, full, atol=5e-2)
+    assert np.abs(half - full).max() > 0  # the bfloat16 weights are really used
