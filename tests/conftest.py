@@ -285,6 +285,19 @@ def tiny_moco_task(queue_size=10, momentum=0.9, **moco_fields):
     return moco.MomentumContrastTask(config)
 
 
+def random_token_inputs(rng: np.random.Generator, rows: int, vocab_size: int,
+                        seq_length: int) -> dict:
+    """A TF Hub input dict of `rows` random texts: ids in [5, vocab_size), lengths 2 to
+    `seq_length`, zeros after each text's end."""
+    import tensorflow as tf
+
+    ids = rng.integers(5, vocab_size, size=(rows, seq_length)).astype(np.int32)
+    lengths = rng.integers(2, seq_length + 1, size=(rows, 1))
+    mask = (np.arange(seq_length)[None] < lengths).astype(np.int32)
+    return {"input_word_ids": tf.constant(ids * mask), "input_mask": tf.constant(mask),
+            "input_type_ids": tf.zeros([rows, seq_length], tf.int32)}
+
+
 def moco_batch(rows, seed, first_id=0):
     """A random `BitextFeaturizer`-shaped batch for `tiny_moco_task`; ids from `first_id`."""
     import tensorflow as tf
@@ -292,11 +305,7 @@ def moco_batch(rows, seed, first_id=0):
     rng = np.random.default_rng(seed)
 
     def side():
-        ids = rng.integers(5, MOCO_VOCAB_SIZE, size=(rows, MOCO_SEQ)).astype(np.int32)
-        lengths = rng.integers(2, MOCO_SEQ + 1, size=(rows, 1))
-        mask = (np.arange(MOCO_SEQ)[None] < lengths).astype(np.int32)
-        return {"input_word_ids": tf.constant(ids * mask), "input_mask": tf.constant(mask),
-                "input_type_ids": tf.zeros_like(tf.constant(ids))}
+        return random_token_inputs(rng, rows, MOCO_VOCAB_SIZE, MOCO_SEQ)
 
     return {"source": side(), "target": side(),
             "source_id": tf.range(first_id, first_id + rows, dtype=tf.int64),

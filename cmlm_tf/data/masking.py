@@ -164,14 +164,12 @@ class BatchMasker:
 
 
 class MaskingFeaturizer:
-    """What a masked-LM featurizer holds: the tokenizer and its special ids (`tokenizer`,
-    `special`), the packed length `seq_length`, a `BatchMasker` (`masker`) and a
-    `tokenization.SentencePacker` of that tokenizer (`pack`)."""
+    """What a masked-LM featurizer holds: a `BatchMasker` (`masker`) and a
+    `tokenization.SentencePacker` of the masker's tokenizer (`pack`, with the tokenizer, its
+    special ids and the packed length)."""
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
                  max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
         self.masker = BatchMasker(tokenizer_config, max_predictions_per_seq, mask_ratio,
                                   seed=seed)
-        self.tokenizer, self.special = self.masker.tokenizer, self.masker.special
-        self.seq_length = seq_length
-        self.pack = tokenization.SentencePacker(self.tokenizer, seq_length)
+        self.pack = tokenization.SentencePacker(self.masker.tokenizer, seq_length)

@@ -97,11 +97,12 @@ class MLMTLMFeaturizer(masking.MaskingFeaturizer):
     """
 
     def __call__(self, examples: Dict[str, tf.Tensor], batch_index=None) -> Dict:
-        first = self.tokenizer(tokenization.valid_utf8(examples["first"]))
-        second = self.tokenizer(tokenization.valid_utf8(examples["second"]))
+        tokenizer, special = self.pack.tokenizer, self.pack.special
+        first = tokenizer(tokenization.valid_utf8(examples["first"]))
+        second = tokenizer(tokenization.valid_utf8(examples["second"]))
         packed = tokenization.pack_two_segments(
-            first, second, self.seq_length, self.special["start_of_sequence_id"],
-            self.special["end_of_segment_id"], self.special["padding_id"])
+            first, second, self.pack.seq_length, special["start_of_sequence_id"],
+            special["end_of_segment_id"], special["padding_id"])
         masked = self.masker(packed["input_word_ids"], packed["input_mask"], batch_index)
         return dict(packed, **masked, is_tlm=tf.cast(examples["is_tlm"], tf.float32))
 

@@ -5,18 +5,13 @@ import tensorflow as tf
 
 from cmlm_tf.modeling.cmlm_bitext import CMLMBitextModel
 from cmlm_tf.modeling.conditional_mlm import ConditionalMLM
-from tests.conftest import tiny_encoder_config
+from tests.conftest import random_token_inputs, tiny_encoder_config
 
 VOCAB, SEQ = 40, 6
 
 
 def _side(rows, seed):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(2, SEQ + 1, size=(rows, 1))
-    mask = (np.arange(SEQ)[None] < lengths).astype(np.int32)
-    ids = rng.integers(5, VOCAB, size=(rows, SEQ)).astype(np.int32) * mask
-    return {"input_word_ids": tf.constant(ids), "input_mask": tf.constant(mask),
-            "input_type_ids": tf.zeros([rows, SEQ], tf.int32)}
+    return random_token_inputs(np.random.default_rng(seed), rows, VOCAB, SEQ)
 
 
 def _inputs(with_bitext=True):

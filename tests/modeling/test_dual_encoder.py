@@ -4,18 +4,13 @@ import numpy as np
 import tensorflow as tf
 
 from cmlm_tf.modeling import dual_encoder, sentence_encoder
-from tests.conftest import tiny_encoder_config
+from tests.conftest import random_token_inputs, tiny_encoder_config
 
 VOCAB = 40
 
 
 def _side(rows, seq=6, seed=0):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(2, seq + 1, size=(rows, 1))
-    mask = (np.arange(seq)[None] < lengths).astype(np.int32)
-    ids = rng.integers(5, VOCAB, size=(rows, seq)).astype(np.int32) * mask
-    return {"input_word_ids": tf.constant(ids), "input_mask": tf.constant(mask),
-            "input_type_ids": tf.zeros([rows, seq], tf.int32)}
+    return random_token_inputs(np.random.default_rng(seed), rows, VOCAB, seq)
 
 
 class RecordingEncoder:
