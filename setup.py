@@ -26,6 +26,7 @@ setup(
         "cmlm-tf-evaluate = cmlm_tf.evaluate:main",
         "cmlm-tf-mine = cmlm_tf.mine:main",
         "cmlm-tf-mine-hard-negatives = cmlm_tf.mine_hard_negatives:main",
+        "cmlm-tf-embed-corpus = cmlm_tf.embed_corpus:main",
         "cmlm-tf-similarity = cmlm_tf.similarity:main",
         "cmlm-tf-build-vocab = cmlm_tf.build_vocab:main",
         "cmlm-tf-convert-hf-bert = cmlm_tf.convert_hf_bert:main",
@@ -52,7 +53,11 @@ setup(
     # PredictRequest).
     # `mteb`: MTEB 2.x runs on torch and sentence-transformers; left to mteb's own
     # requirements, so installing torch first (a CPU build, say) keeps that build.
+    # `scale`: corpus jobs on Apache Beam (`cmlm_tf.embed_corpus`, `cmlm_tf.mine` with Beam
+    # options) and the approximate-neighbour indexes of mining (faiss, ScaNN).
     extras_require={"test": ["pytest", "ruff", "tensorflow-serving-api~=2.20.0"],
+                    "scale": ["apache-beam~=2.77", "pyarrow", "faiss-cpu~=1.15",
+                              "scann~=1.4"],
                     "mteb": ["mteb>=2,<3"]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",

@@ -1,9 +1,18 @@
 r"""Time and peak memory of the bitext-mining core (`cmlm_tf.evaluation.mining.mine`).
 
     python benchmarks/mining_core.py [--n 100000] [--dim 384] [--k 4] [--reference_n 5000]
+    python benchmarks/mining_core.py --n 100000 --index ann --backend faiss [--data clustered]
+    python benchmarks/mining_core.py --n 1000000 --index ann --no_exact --reference_n 0
 
 Synthetic float32 unit vectors: half of the targets are noisy copies of a source (planted
-translations, shuffled), the rest random. Each measurement runs in a fresh process and
+translations, shuffled), the rest random. `--data isotropic` (default) draws every vector
+uniformly on the sphere; `--data clustered` draws them around `--clusters` centres, as
+sentence embeddings cluster by topic (`--spread`: distance from the centre, relative).
+
+`--index ann` also mines with an index per side (`cmlm_tf.evaluation.ann`) and compares
+its pairs with the exact miner's, in the same run: the share of the exact pairs above the
+exact best-F1 threshold that it keeps, and both best F1s (`--no_exact` skips the exact run,
+for sizes where it would take hours). Each measurement runs in a fresh process and
 reports wall time, the peak memory the core allocates on top of its inputs (tracemalloc,
 which sees NumPy's buffers) and the process's peak resident set (ru_maxrss). A brute-force
 reference (full N×N similarity matrix) runs at `--reference_n`, checks that both give the same
@@ -20,19 +29,34 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from typing import Optional
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cmlm_tf.evaluation import knn, mining  # noqa: E402
+from cmlm_tf import inference  # noqa: E402
+from cmlm_tf.evaluation import ann, knn, mining  # noqa: E402
 
 
-def synthetic(n: int, dim: int, planted: float, noise: float, seed: int):
-    """Sources, targets and the planted (source, target) index pairs."""
+def _points(rng, n: int, dim: int, centres: Optional[np.ndarray], spread: float):
+    """n unit vectors: uniform, or around random `centres` at relative distance `spread`."""
+    noise = rng.standard_normal((n, dim), dtype=np.float32)
+    if centres is None:
+        return knn.normalize(noise)
+    labels = rng.integers(0, len(centres), n)
+    return knn.normalize(centres[labels] + spread * noise / np.sqrt(dim))
+
+
+def synthetic(n: int, dim: int, planted: float, noise: float, seed: int,
+              clusters: int = 0, spread: float = 1.0):
+    """Sources, targets and the planted (source, target) index pairs (`clusters` > 0: the
+    vectors lie around that many random centres)."""
     rng = np.random.default_rng(seed)
-    src = knn.normalize(rng.standard_normal((n, dim), dtype=np.float32))
-    tgt = knn.normalize(rng.standard_normal((n, dim), dtype=np.float32))
+    centres = knn.normalize(rng.standard_normal((clusters, dim), dtype=np.float32)) \
+        if clusters else None
+    src = _points(rng, n, dim, centres, spread)
+    tgt = _points(rng, n, dim, centres, spread)
     count = int(n * planted)
     sources = rng.choice(n, count, replace=False)
     targets = rng.choice(n, count, replace=False)
@@ -61,12 +85,24 @@ def brute_force_mine(src: np.ndarray, tgt: np.ndarray, k: int) -> mining.MinedPa
 
 def measure(args) -> dict:
     """One run in this process: build inputs, then time and trace the mining core."""
-    src, tgt, planted = synthetic(args.n, args.dim, args.planted, args.noise, args.seed)
+    clusters = args.clusters if args.data == "clustered" else 0
+    src, tgt, planted = synthetic(args.n, args.dim, args.planted, args.noise, args.seed,
+                                  clusters, args.spread)
     rss_inputs = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # tracemalloc sees NumPy's buffers, not faiss's or ScaNN's C++ ones: for the indexes,
+    # the process's peak resident set is the figure.
     tracemalloc.start()
     start = time.perf_counter()
     if args.method == "chunked":
         pairs = mining.mine(src, tgt, k=args.k, block_bytes=args.block_mb * 2**20)
+    elif args.method.startswith("ann-"):
+        backend = args.method.split("-", 1)[1]
+
+        def search(queries, keys, k):
+            return ann.top_k(queries, keys, k, index=ann.build_index(keys, backend),
+                             probes=args.probes)
+
+        pairs = mining.mine(src, tgt, k=args.k, search=search)
     else:
         pairs = brute_force_mine(src, tgt, args.k)
     seconds = time.perf_counter() - start
@@ -74,7 +110,10 @@ def measure(args) -> dict:
     tracemalloc.stop()
     correct = np.array([pair in planted for pair in zip(pairs.src_indices.tolist(),
                                                          pairs.tgt_indices.tolist())])
-    _, best = mining.best_f1_threshold(pairs.scores, correct, len(planted))
+    threshold, best = mining.best_f1_threshold(pairs.scores, correct, len(planted))
+    if args.pairs_out:
+        np.savez(args.pairs_out, src=pairs.src_indices, tgt=pairs.tgt_indices,
+                 scores=pairs.scores, threshold=threshold)
     return {"method": args.method, "n": args.n, "seconds": seconds,
             "core_peak_mib": peak / 2**20,
             "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -85,20 +124,53 @@ def measure(args) -> dict:
                                 % (2**61 - 1))}
 
 
-def in_subprocess(args, n: int, method: str) -> dict:
+def in_subprocess(args, n: int, method: str, pairs_out: str = "") -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--child", "--n", str(n),
                "--method", method, "--dim", str(args.dim), "--k", str(args.k),
                "--planted", str(args.planted), "--noise", str(args.noise),
-               "--seed", str(args.seed), "--block_mb", str(args.block_mb)]
+               "--seed", str(args.seed), "--block_mb", str(args.block_mb),
+               "--data", args.data, "--clusters", str(args.clusters),
+               "--spread", str(args.spread), "--probes", str(args.probes),
+               "--pairs_out", pairs_out]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def kept_pairs(exact_file: str, other_file: str) -> dict:
+    """The share of the exact pairs above the exact best-F1 threshold that the other run
+    also returns."""
+    exact, other = np.load(exact_file), np.load(other_file)
+    keep = exact["scores"] >= exact["threshold"]
+    wanted = set(zip(exact["src"][keep].tolist(), exact["tgt"][keep].tolist()))
+    got = set(zip(other["src"].tolist(), other["tgt"].tolist()))
+    return {"above_threshold": len(wanted), "kept": len(wanted & got) / max(1, len(wanted))}
+
+
 def show(result: dict) -> None:
-    print(f"{result['method']:>8} n={result['n']:>7}  {result['seconds']:8.1f} s  "
+    print(f"{result['method']:>11} n={result['n']:>7}  {result['seconds']:8.1f} s  "
           f"core peak {result['core_peak_mib']:8.1f} MiB  max RSS {result['max_rss_mib']:8.1f} "
           f"MiB (inputs {result['inputs_mib']:.1f} MiB)  pairs {result['pairs']}  "
           f"planted found {result['planted_found']}  best F1 {result['best_f1']:.4f}")
+
+
+def compare_indexes(args) -> None:
+    """Exact and approximate mining at --n, in fresh processes, and the pairs they share."""
+    import tempfile
+
+    backends = list(ann.BACKENDS) if args.backend == "both" else [args.backend]
+    with tempfile.TemporaryDirectory() as folder:
+        exact_file = os.path.join(folder, "exact.npz")
+        if not args.no_exact:
+            show(in_subprocess(args, args.n, "chunked", exact_file))
+        for backend in backends:
+            ann_file = os.path.join(folder, f"{backend}.npz")
+            result = in_subprocess(args, args.n, f"ann-{backend}", ann_file)
+            show(result)
+            if not args.no_exact:
+                kept = kept_pairs(exact_file, ann_file)
+                print(f"{'':>11} {args.probes} probes: keeps "
+                      f"{kept['kept']:.2%} of the {kept['above_threshold']} exact pairs "
+                      "above the exact best-F1 threshold")
 
 
 def main():
@@ -115,7 +187,20 @@ def main():
     parser.add_argument("--reference_n", type=int, default=5000,
                         help="size for the brute-force comparison (0: skip)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--method", choices=["chunked", "brute_force"], default="chunked")
+    parser.add_argument("--data", choices=["isotropic", "clustered"], default="isotropic")
+    parser.add_argument("--clusters", type=int, default=1000,
+                        help="centres of --data clustered")
+    parser.add_argument("--spread", type=float, default=1.0,
+                        help="distance of a point from its centre, relative to the centre")
+    parser.add_argument("--index", choices=["exact", "ann"], default="exact",
+                        help="ann: also mine with an index per side and compare the pairs")
+    parser.add_argument("--backend", choices=list(ann.BACKENDS) + ["both"], default="faiss")
+    parser.add_argument("--probes", type=int, default=ann.DEFAULT_PROBES)
+    parser.add_argument("--no_exact", action="store_true",
+                        help="with --index ann: skip the exact run at --n")
+    parser.add_argument("--method", default="chunked",
+                        choices=["chunked", "brute_force", "ann-faiss", "ann-scann"])
+    parser.add_argument("--pairs_out", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -123,8 +208,11 @@ def main():
         return
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"numpy {np.__version__}")
+    print(f"cpu: {inference.describe_cpu()}")
     print(f"dim {args.dim}, k {args.k}, float32, block {args.block_mb} MiB, "
-          f"{args.planted:.0%} planted pairs")
+          f"{args.planted:.0%} planted pairs, noise {args.noise}, {args.data} data"
+          + (f" ({args.clusters} centres, spread {args.spread})"
+             if args.data == "clustered" else ""))
     if args.reference_n:
         chunked = in_subprocess(args, args.reference_n, "chunked")
         brute = in_subprocess(args, args.reference_n, "brute_force")
@@ -135,6 +223,9 @@ def main():
         print(f"same pairs: {same}; chunked/brute-force time "
               f"{chunked['seconds'] / brute['seconds']:.2f}, core memory "
               f"{chunked['core_peak_mib'] / brute['core_peak_mib']:.2f}")
+    if args.index == "ann":
+        compare_indexes(args)
+        return
     result = in_subprocess(args, args.n, "chunked")
     show(result)
     full = args.n * args.n * 4 / 2**30

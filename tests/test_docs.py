@@ -17,6 +17,7 @@ PARSERS = {
     "export.export_tfhub": "cmlm_tf.export.cli",
     "cmlm_tf.evaluate": "cmlm_tf.evaluate",
     "cmlm_tf.mine": "cmlm_tf.mine",
+    "cmlm_tf.embed_corpus": "cmlm_tf.embed_corpus",
     "cmlm_tf.mine_hard_negatives": "cmlm_tf.mine_hard_negatives",
     "cmlm_tf.similarity": "cmlm_tf.similarity",
     "cmlm_tf.build_vocab": "cmlm_tf.build_vocab",
@@ -27,6 +28,9 @@ PARSERS = {
 OPTIONAL = {name: name for name in ("experiments.run", "experiments.report",
                                      "experiments.train", "experiments.evaluate")}
 NOT_OURS = {"venv", "pip", "pytest", "zipfile", "json.tool"}
+# Commands whose flags they do not know are Apache Beam pipeline options
+# (`cmlm_tf.scale.options`).
+BEAM_COMMANDS = {"cmlm_tf.embed_corpus", "cmlm_tf.mine"}
 DOCS = [REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").glob("*.md"))]
 
 
@@ -93,6 +97,11 @@ def test_command_parses(where, number, module, arguments, whole):
     for sub in subparsers:
         for child in sub.choices.values():
             known |= {o for a in child._actions for o in a.option_strings}
+    if module in BEAM_COMMANDS:
+        pytest.importorskip("apache_beam", reason="Beam options need the scale extra")
+        from cmlm_tf.scale import options
+
+        known |= options.beam_flags()
     if synopsis:
         # A usage summary: every flag it names must exist.
         flags = {re.split(r"[=\]\)]", token.strip("[("))[0] for token in tokens
@@ -100,7 +109,10 @@ def test_command_parses(where, number, module, arguments, whole):
         assert flags <= known, f"{where}:{number}: unknown flags {sorted(flags - known)}"
         return
     try:
-        args = parser.parse_args(tokens)
+        if module in BEAM_COMMANDS:
+            args, _ = options.split_arguments(parser, tokens)
+        else:
+            args = parser.parse_args(tokens)
     except SystemExit:
         pytest.fail(f"{where}:{number}: python -m {module} {arguments}")
     for recipe in getattr(args, "config_file", None) or []:

@@ -14,13 +14,16 @@ k-NN lists are kept, so memory grows as N·k (see `knn.top_k`).
 """
 
 import dataclasses
-from typing import Dict, Tuple
+import functools
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
 from cmlm_tf.evaluation import knn
 
 MARGINS = ("ratio", "distance")
+# search(queries, keys, k) -> (cosines [n, k], indices int64 [n, k]).
+Search = Callable[[np.ndarray, np.ndarray, int], Tuple[np.ndarray, np.ndarray]]
 
 
 def margin(cosines: np.ndarray, neighbourhood: np.ndarray, kind: str = "ratio") -> np.ndarray:
@@ -52,21 +55,39 @@ class MarginCandidates:
 
 
 def margin_candidates(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
-                      block_bytes: int = knn.DEFAULT_BLOCK_BYTES) -> MarginCandidates:
+                      block_bytes: int = knn.DEFAULT_BLOCK_BYTES,
+                      search: Optional[Search] = None) -> MarginCandidates:
     """k-NN of each side and margin scores of all candidate pairs.
 
     Args:
         src: float [n_src, dim]; tgt: float [n_tgt, dim]; L2-normalised rows (cosine).
         k: neighbours per sentence (LASER: 4); at most the size of the other side.
         kind: `ratio` or `distance`.
+        search: `search(queries, keys, k) -> (cosines [n, k], indices int64 [n, k])`, rows
+            by descending cosine; default the exact blocked search (`knn.top_k`). An
+            approximate one: `functools.partial(ann.top_k, ...)`.
     """
     margin(np.zeros(1), np.ones(1), kind)  # validates `kind` before the expensive part
     if k < 1:
         raise ValueError(f"k must be positive, got {k}")
-    forward_cosines, forward_indices = knn.top_k(src, tgt, min(k, tgt.shape[0]),
-                                                 block_bytes=block_bytes)
-    backward_cosines, backward_indices = knn.top_k(tgt, src, min(k, src.shape[0]),
-                                                   block_bytes=block_bytes)
+    if search is None:
+        search = functools.partial(knn.top_k, block_bytes=block_bytes)
+    forward_cosines, forward_indices = search(src, tgt, min(k, tgt.shape[0]))
+    backward_cosines, backward_indices = search(tgt, src, min(k, src.shape[0]))
+    return margin_scores(forward_cosines, forward_indices, backward_cosines, backward_indices,
+                         kind)
+
+
+def margin_scores(forward_cosines: np.ndarray, forward_indices: np.ndarray,
+                  backward_cosines: np.ndarray, backward_indices: np.ndarray,
+                  kind: str = "ratio") -> MarginCandidates:
+    """Margin scores of both sides' k-NN lists, however they were searched.
+
+    Args:
+        forward_cosines, forward_indices: [n_src, k], each source's nearest targets.
+        backward_cosines, backward_indices: [n_tgt, k], each target's nearest sources.
+        kind: `ratio` or `distance`.
+    """
     src_density = forward_cosines.mean(axis=1)
     tgt_density = backward_cosines.mean(axis=1)
     forward_scores = margin(
@@ -122,10 +143,12 @@ def max_retrieval(candidates: MarginCandidates) -> MinedPairs:
 
 
 def mine(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
-         block_bytes: int = knn.DEFAULT_BLOCK_BYTES) -> MinedPairs:
-    """Margin-scored 1-to-1 pairs of two sets of embeddings (normalised here)."""
+         block_bytes: int = knn.DEFAULT_BLOCK_BYTES,
+         search: Optional[Search] = None) -> MinedPairs:
+    """Margin-scored 1-to-1 pairs of two sets of embeddings (normalised here); `search` as
+    in `margin_candidates`."""
     return max_retrieval(margin_candidates(knn.normalize(src), knn.normalize(tgt), k, kind,
-                                           block_bytes=block_bytes))
+                                           block_bytes=block_bytes, search=search))
 
 
 def precision_recall_f1(num_correct: int, num_mined: int, num_gold: int) -> Dict[str, float]:

@@ -32,6 +32,18 @@ def embed_languages(encode: Encode, parts: Sequence[Tuple[str, Sequence[str]]],
     if fit_pcr and pcr is not None:
         raise ValueError("fit_pcr and pcr are exclusive: fit components or apply given ones")
     vectors = [np.asarray(encode(list(texts))) for _, texts in parts]
+    return remove_components([language for language, _ in parts], vectors, fit_pcr, pcr)
+
+
+def remove_components(languages: Sequence[str], vectors: Sequence[np.ndarray],
+                      fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
+                      ) -> Tuple[List[np.ndarray], Optional[PCRComponents]]:
+    """PCR on vectors already computed: `vectors[i]` is in `languages[i]`; as
+    `embed_languages` after its encoding."""
+    if fit_pcr and pcr is not None:
+        raise ValueError("fit_pcr and pcr are exclusive: fit components or apply given ones")
+    parts = list(zip(languages, vectors))
+    vectors = list(vectors)
     fitted = None
     if fit_pcr:
         by_language: Dict[str, List[np.ndarray]] = {}
@@ -65,12 +77,14 @@ def run_retrieval(encode: Encode, src: Sequence[str], tgt: Sequence[str],
 
 def mine_texts(encode: Encode, src: Sequence[str], tgt: Sequence[str], k: int = 4,
                margin: str = "ratio", src_lang: str = "src", tgt_lang: str = "tgt",
-               fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
+               fit_pcr: bool = False, pcr: Optional[PCRComponents] = None,
+               search: Optional[mining.Search] = None
                ) -> Tuple[mining.MinedPairs, Optional[PCRComponents]]:
-    """Margin-scored 1-to-1 pairs (indices into `src` and `tgt`), best first."""
+    """Margin-scored 1-to-1 pairs (indices into `src` and `tgt`), best first; `search` as in
+    `mining.margin_candidates` (default exact)."""
     (src_vectors, tgt_vectors), fitted = embed_languages(
         encode, [(src_lang, src), (tgt_lang, tgt)], fit_pcr, pcr)
-    return mining.mine(src_vectors, tgt_vectors, k=k, kind=margin), fitted
+    return mining.mine(src_vectors, tgt_vectors, k=k, kind=margin, search=search), fitted
 
 
 def run_mining(encode: Encode, src_ids: Sequence[str], src: Sequence[str],
