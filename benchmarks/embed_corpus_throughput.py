@@ -44,6 +44,7 @@ def main():
     args = parser.parse_args()
 
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the tokenizer ops of serving/1)
 
     with open(args.input, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:args.lines]

@@ -45,7 +45,7 @@ def _points(rng, n: int, dim: int, centres: Optional[np.ndarray], spread: float)
     if centres is None:
         return knn.normalize(noise)
     labels = rng.integers(0, len(centres), n)
-    return knn.normalize(centres[labels] + spread * noise / np.sqrt(dim))
+    return knn.normalize(centres[labels] + np.float32(spread / np.sqrt(dim)) * noise)
 
 
 def synthetic(n: int, dim: int, planted: float, noise: float, seed: int,
@@ -96,11 +96,17 @@ def measure(args) -> dict:
     if args.method == "chunked":
         pairs = mining.mine(src, tgt, k=args.k, block_bytes=args.block_mb * 2**20)
     elif args.method.startswith("ann-"):
-        backend = args.method.split("-", 1)[1]
+        backend = args.method.split("-")[1]
+        calibrated = args.method.endswith("-calibrated")
+        chosen = []
 
         def search(queries, keys, k):
-            return ann.top_k(queries, keys, k, index=ann.build_index(keys, backend),
-                             probes=args.probes)
+            index = ann.build_index(keys, backend)
+            probes = args.probes
+            if calibrated:
+                probes, _ = ann.calibrate_probes(queries, keys, k, index, target=args.recall)
+            chosen.append(f"{probes}/{index.partitions}")
+            return ann.top_k(queries, keys, k, index=index, probes=probes)
 
         pairs = mining.mine(src, tgt, k=args.k, search=search)
     else:
@@ -115,6 +121,7 @@ def measure(args) -> dict:
         np.savez(args.pairs_out, src=pairs.src_indices, tgt=pairs.tgt_indices,
                  scores=pairs.scores, threshold=threshold)
     return {"method": args.method, "n": args.n, "seconds": seconds,
+            "probes": " and ".join(chosen) if args.method.startswith("ann-") else "",
             "core_peak_mib": peak / 2**20,
             "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "rss_after_inputs_mib": rss_inputs, "inputs_mib": (src.nbytes + tgt.nbytes) / 2**20,
@@ -130,7 +137,7 @@ def in_subprocess(args, n: int, method: str, pairs_out: str = "") -> dict:
                "--planted", str(args.planted), "--noise", str(args.noise),
                "--seed", str(args.seed), "--block_mb", str(args.block_mb),
                "--data", args.data, "--clusters", str(args.clusters),
-               "--spread", str(args.spread), "--probes", str(args.probes),
+               "--spread", str(args.spread), "--probes", str(args.probes), "--recall", str(args.recall),
                "--pairs_out", pairs_out]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -158,17 +165,20 @@ def compare_indexes(args) -> None:
     import tempfile
 
     backends = list(ann.BACKENDS) if args.backend == "both" else [args.backend]
+    methods = [f"ann-{backend}" for backend in backends]
+    if args.recall:
+        methods.append(f"ann-{backends[0]}-calibrated")
     with tempfile.TemporaryDirectory() as folder:
         exact_file = os.path.join(folder, "exact.npz")
         if not args.no_exact:
             show(in_subprocess(args, args.n, "chunked", exact_file))
-        for backend in backends:
-            ann_file = os.path.join(folder, f"{backend}.npz")
-            result = in_subprocess(args, args.n, f"ann-{backend}", ann_file)
+        for method in methods:
+            ann_file = os.path.join(folder, f"{method}.npz")
+            result = in_subprocess(args, args.n, method, ann_file)
             show(result)
             if not args.no_exact:
                 kept = kept_pairs(exact_file, ann_file)
-                print(f"{'':>11} {args.probes} probes: keeps "
+                print(f"{'':>11} probes/partitions {result['probes']}: keeps "
                       f"{kept['kept']:.2%} of the {kept['above_threshold']} exact pairs "
                       "above the exact best-F1 threshold")
 
@@ -198,8 +208,12 @@ def main():
     parser.add_argument("--probes", type=int, default=ann.DEFAULT_PROBES)
     parser.add_argument("--no_exact", action="store_true",
                         help="with --index ann: skip the exact run at --n")
+    parser.add_argument("--recall", type=float, default=0.0,
+                        help="with --index ann: also mine with the probes calibrated to this "
+                             "recall@k on a sample (cmlm_tf.evaluation.ann.calibrate_probes)")
     parser.add_argument("--method", default="chunked",
-                        choices=["chunked", "brute_force", "ann-faiss", "ann-scann"])
+                        choices=["chunked", "brute_force", "ann-faiss", "ann-scann",
+                                 "ann-faiss-calibrated", "ann-scann-calibrated"])
     parser.add_argument("--pairs_out", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

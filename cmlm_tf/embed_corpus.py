@@ -16,7 +16,6 @@ the `scale` extra: `pip install -e ".[scale]"`.
 
 import argparse
 import glob
-import logging
 import os
 import sys
 from typing import Optional, Sequence
@@ -88,18 +87,17 @@ def import_embed():
     their extras) are dropped: a `gs://` path then fails with Beam's own error naming the
     extra.
     """
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
+    from cmlm_tf.scale import options
+
     try:
-        from cmlm_tf.scale import embed
+        with options.quiet_beam_import():
+            from cmlm_tf.scale import embed
     except ModuleNotFoundError as error:
         package = (error.name or "").split(".")[0]
         if package not in ("apache_beam", "pyarrow"):
             raise
         raise cli.UsageError(f"{package} is not installed; embed_corpus needs the scale "
                              f"extra: {_INSTALL}") from None
-    finally:
-        logging.disable(previous)
     return embed
 
 

@@ -69,8 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--ann_backend", choices=ANN_BACKENDS, default="faiss",
                         help="the index library (default faiss)")
     search.add_argument("--probes", type=int, default=None,
-                        help="with an index: partitions searched per query (default "
-                             "32; more finds more neighbours, slower)")
+                        help="with an index: partitions searched per query (default: the "
+                             "fewest, from 32 up by half, that reach --recall on a sample)")
+    search.add_argument("--recall", type=float, default=None,
+                        help="with an index and no --probes: the recall@k to reach on 1,000 "
+                             "sampled queries, against the exact search (default 0.985)")
     search.add_argument("--candidates", type=int, default=None,
                         help="with an index: keys re-scored exactly per query (default 32)")
     search.add_argument("--work_dir", help="with Beam options: a folder every worker reads "
@@ -115,9 +118,13 @@ def check_arguments(args, beam_args: Sequence[str]) -> None:
     if args.src_vectors is not None and args.model:
         raise cli.UsageError("--model and --src_vectors/--tgt_vectors are exclusive: the "
                              "vectors are already computed")
-    for flag in ("probes", "candidates"):
+    if args.recall is not None and not 0 < args.recall <= 1:
+        raise cli.UsageError(f"--recall must be in (0, 1], got {args.recall}")
+    if args.recall is not None and args.probes is not None:
+        raise cli.UsageError("--recall and --probes are exclusive: --recall chooses the probes")
+    for flag in ("probes", "candidates", "recall"):
         value = getattr(args, flag)
-        if value is not None and value < 1:
+        if value is not None and value < 1 and flag != "recall":
             raise cli.UsageError(f"--{flag} must be positive, got {value}")
         if value is not None and args.index == "exact":
             raise cli.UsageError(f"--{flag} applies to --index ann (or auto)")
@@ -182,20 +189,38 @@ class _Progress:
               f"ETA {int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
 
 
+def index_and_probes(queries, keys, k: int, backend: str, probes: Optional[int],
+                     candidates: int, recall: float, side: str):
+    """An index over `keys` and the probes to search it with: `probes` when given, else the
+    fewest that reach `recall` on a sample of the queries (`ann.calibrate_probes`)."""
+    from cmlm_tf.evaluation import ann
+
+    index = ann.build_index(keys, backend)
+    if probes is None:
+        probes, measured = ann.calibrate_probes(queries, keys, k, index, target=recall,
+                                                candidates=candidates)
+        print(f"mine: {side}: {probes} of {index.partitions} partitions per query (recall@{k} "
+              f"{measured:.3f} on {min(len(queries), ann.CALIBRATION_SAMPLE):,} sampled "
+              "queries)", file=sys.stderr, flush=True)
+    return index, probes
+
+
 def make_search(index: str, backend: str, probes: Optional[int] = None,
-                candidates: Optional[int] = None,
+                candidates: Optional[int] = None, recall: Optional[float] = None,
                 progress: Optional[_Progress] = None) -> mining.Search:
     """The in-process search of one side: exact blocks or an index built on the keys."""
     from cmlm_tf.evaluation import ann, knn
+
+    sides = iter(("forward", "backward"))
 
     def search(queries, keys, k):
         if index == "exact":
             part = knn.top_k
         else:
-            built = ann.build_index(keys, backend)
-            part = functools.partial(ann.top_k, index=built,
-                                     probes=probes or ann.DEFAULT_PROBES,
-                                     candidates=candidates or ann.DEFAULT_CANDIDATES)
+            chosen = candidates or ann.DEFAULT_CANDIDATES
+            built, used = index_and_probes(queries, keys, k, backend, probes, chosen,
+                                           recall or ann.DEFAULT_RECALL, next(sides, "search"))
+            part = functools.partial(ann.top_k, index=built, probes=used, candidates=chosen)
         if progress is None:
             return part(queries, keys, k)
         result = _in_parts(part, progress)(queries, keys, k)
@@ -216,15 +241,19 @@ def mine_vectors(args, src_vectors, tgt_vectors, beam_args: Sequence[str],
           f"{', on Beam' if beam_args else ''}) and {args.margin} margin scoring, k={args.k}")
     if not beam_args:
         progress = _Progress(len(src_vectors) + len(tgt_vectors))
-        search = make_search(index, args.ann_backend, args.probes, args.candidates, progress)
+        search = make_search(index, args.ann_backend, args.probes, args.candidates,
+                             args.recall, progress)
         return mining.max_retrieval(mining.margin_candidates(
             src_vectors, tgt_vectors, args.k, args.margin, search=search))
     from cmlm_tf.evaluation import ann
-    from cmlm_tf.scale import knn as beam_knn
+    from cmlm_tf.scale import options
+
+    with options.quiet_beam_import():
+        from cmlm_tf.scale import knn as beam_knn
 
     spec = beam_knn.SearchSpec(index=index, backend=args.ann_backend,
                                candidates=args.candidates or ann.DEFAULT_CANDIDATES,
-                               probes=args.probes or ann.DEFAULT_PROBES)
+                               probes=args.probes, recall=args.recall or ann.DEFAULT_RECALL)
     work_dir = args.work_dir or tempfile.mkdtemp(
         prefix=".mine-work-", dir=os.path.dirname(os.path.abspath(args.output)))
     found = beam_knn.search_both_sides(src_vectors, tgt_vectors, args.k, spec, work_dir,

@@ -18,7 +18,7 @@ import dataclasses
 import io
 import os
 import uuid
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -35,13 +35,15 @@ DEFAULT_SHARD_ROWS = 16384
 @dataclasses.dataclass(frozen=True)
 class SearchSpec:
     """How the workers search: `index` is `exact` or `ann` (then `backend`, `candidates`
-    and `probes` as in `ann.top_k`); `threads` caps each worker's BLAS/OpenMP threads
-    (None: leave the library's default)."""
+    and `probes` as in `ann.top_k`; probes None: the fewest that reach `recall` on a sample,
+    `ann.calibrate_probes`, chosen once per direction before the pipeline runs); `threads`
+    caps each worker's BLAS/OpenMP threads (None: leave the library's default)."""
 
     index: str = "ann"
     backend: str = "faiss"
     candidates: int = ann.DEFAULT_CANDIDATES
-    probes: int = ann.DEFAULT_PROBES
+    probes: Optional[int] = ann.DEFAULT_PROBES
+    recall: float = ann.DEFAULT_RECALL
     threads: Optional[int] = None
 
 
@@ -127,10 +129,12 @@ class SearchShard(beam.DoFn):
     """Searches one shard `(direction, start, stop)` of queries and writes its neighbours
     (`cosines`, `indices`, float32 / int64 [stop - start, k]) to the work folder."""
 
-    def __init__(self, work_dir: str, k: int, spec: SearchSpec, handle: shared.Shared):
+    def __init__(self, work_dir: str, k: int, spec: SearchSpec, handle: shared.Shared,
+                 probes: Optional[Dict[str, int]] = None):
         self._work_dir = work_dir
         self._k = k
         self._spec = spec
+        self._probes = probes or {}
         self._handle = handle
         self._loaded = None
         self._searched = beam.metrics.Metrics.counter("cmlm_tf", "queries_searched")
@@ -154,9 +158,9 @@ class SearchShard(beam.DoFn):
         if side.index is None:
             cosines, indices = knn.top_k(queries, side.keys, k)
         else:
-            cosines, indices = ann.top_k(queries, side.keys, k, index=side.index,
-                                         candidates=self._spec.candidates,
-                                         probes=self._spec.probes)
+            cosines, indices = ann.top_k(
+                queries, side.keys, k, index=side.index, candidates=self._spec.candidates,
+                probes=self._probes.get(direction, self._spec.probes or ann.DEFAULT_PROBES))
         buffer = io.BytesIO()
         np.savez(buffer, cosines=cosines, indices=indices)
         _write_bytes(_join(self._work_dir, _result_name(direction, start)), buffer.getvalue())
@@ -187,9 +191,10 @@ def shards(num_src: int, num_tgt: int, shard_rows: int) -> List[Tuple[str, int, 
             for start, stop in _ranges(rows, shard_rows)]
 
 
-def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec,
-            seed: int = 0) -> None:
-    """Writes both sides' vectors and, for `ann`, both indexes into `work_dir`."""
+def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k: int = 4,
+            seed: int = 0) -> Dict[str, int]:
+    """Writes both sides' vectors and, for `ann`, both indexes into `work_dir`; returns the
+    probes of each direction (`spec.probes`, or calibrated when None; empty for exact)."""
     if "://" not in work_dir:
         os.makedirs(work_dir, exist_ok=True)
     for name, vectors in (("src", src), ("tgt", tgt)):
@@ -197,26 +202,35 @@ def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec,
         np.save(buffer, np.ascontiguousarray(vectors, np.float32))
         _write_bytes(_join(work_dir, f"{name}.npy"), buffer.getvalue())
     if spec.index != "ann":
-        return
+        return {}
     import tempfile
 
+    probes = {}
     with tempfile.TemporaryDirectory() as local:
         for direction in DIRECTIONS:
-            keys = tgt if direction == "forward" else src
+            queries, keys = (src, tgt) if direction == "forward" else (tgt, src)
             path = os.path.join(local, f"index-{direction}")
-            ann.build_index(keys, spec.backend, seed=seed).save(path)
+            index = ann.build_index(keys, spec.backend, seed=seed)
+            probes[direction] = spec.probes
+            if spec.probes is None:
+                probes[direction], _ = ann.calibrate_probes(
+                    queries, keys, min(k, len(keys)), index, spec.recall,
+                    candidates=spec.candidates, seed=seed)
+            index.save(path)
             for name in (f"index-{direction}", f"index-{direction}.txt"):
                 with open(os.path.join(local, name), "rb") as f:
                     _write_bytes(_join(work_dir, name), f.read())
+    return probes
 
 
 def build_pipeline(pipeline: beam.Pipeline, work_dir: str, num_src: int, num_tgt: int, k: int,
-                   spec: SearchSpec, shard_rows: int = DEFAULT_SHARD_ROWS):
+                   spec: SearchSpec, shard_rows: int = DEFAULT_SHARD_ROWS,
+                   probes: Optional[Dict[str, int]] = None):
     """Adds the sharded search to `pipeline`; returns the PCollection of result names."""
     return (pipeline
             | "Shards" >> beam.Create(shards(num_src, num_tgt, shard_rows))
             | "Spread" >> beam.Reshuffle()
-            | "Search" >> beam.ParDo(SearchShard(work_dir, k, spec, shared.Shared())))
+            | "Search" >> beam.ParDo(SearchShard(work_dir, k, spec, shared.Shared(), probes)))
 
 
 def collect(work_dir: str, num_src: int, num_tgt: int, k: int,
@@ -262,12 +276,12 @@ def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec
     pipeline_options = beam_options.make_options(options)
     if spec.threads is None:
         spec = dataclasses.replace(spec, threads=beam_options.worker_threads(pipeline_options)[0])
-    prepare(src, tgt, work_dir, spec, seed)
     try:
+        probes = prepare(src, tgt, work_dir, spec, k, seed)
         with beam.Pipeline(runner=beam_options.make_runner(pipeline_options),
                            options=pipeline_options) as pipeline:
             build_pipeline(pipeline, work_dir, src.shape[0], tgt.shape[0], k, spec,
-                           shard_rows)
+                           shard_rows, probes)
         return collect(work_dir, src.shape[0], tgt.shape[0], k, shard_rows)
     finally:
         if "://" not in work_dir:

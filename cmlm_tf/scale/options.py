@@ -10,17 +10,35 @@ runner, which downloads a binary and runs Python workers in one process.
 """
 
 import argparse
+import contextlib
 import functools
+import logging
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
-from apache_beam.options import pipeline_options
+
+@contextlib.contextmanager
+def quiet_beam_import() -> Iterator[None]:
+    """Hides the warnings Beam logs while it is imported about optional cloud clients (GCS,
+    BigQuery) that a local run never uses; other warnings show again afterwards."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def _pipeline_options():
+    with quiet_beam_import():
+        from apache_beam.options import pipeline_options
+    return pipeline_options
 
 
 @functools.cache
 def beam_flags() -> frozenset:
     """Every flag of every registered Beam `PipelineOptions` group."""
-    from apache_beam.options.pipeline_options import PipelineOptions
+    PipelineOptions = _pipeline_options().PipelineOptions  # noqa: N806
 
     parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
     groups, seen = list(PipelineOptions.__subclasses__()), set()
@@ -77,7 +95,7 @@ def given_flags(beam_args: Sequence[str]) -> set:
 
 
 def make_options(beam_args: Sequence[str] = (),
-                 cpu_count: Optional[int] = None) -> pipeline_options.PipelineOptions:
+                 cpu_count: Optional[int] = None):
     """Beam's options from the command's unknown arguments.
 
     Without `--runner`: the local batch engine (`FnApiRunner`) in `multi_processing` mode
@@ -86,6 +104,7 @@ def make_options(beam_args: Sequence[str] = (),
     `--direct_num_workers`, `--default_sdk_harness_log_level` and
     `--sdk_harness_log_level_overrides` win.
     """
+    pipeline_options = _pipeline_options()
     given = given_flags(beam_args)
     if "--runner" in given:
         return pipeline_options.PipelineOptions(list(beam_args))
@@ -103,14 +122,14 @@ def make_options(beam_args: Sequence[str] = (),
     return pipeline_options.PipelineOptions(flags + list(beam_args))
 
 
-def runs_here(options: pipeline_options.PipelineOptions) -> bool:
+def runs_here(options) -> bool:
     """Whether the workers run on this machine (a local runner)."""
-    runner = options.view_as(pipeline_options.StandardOptions).runner
+    runner = options.view_as(_pipeline_options().StandardOptions).runner
     name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
     return name.rsplit(".", 1)[-1].lower() in _LOCAL_RUNNERS or not name
 
 
-def worker_threads(options: pipeline_options.PipelineOptions,
+def worker_threads(options,
                    cpu_count: Optional[int] = None) -> Tuple[Optional[int], Optional[int]]:
     """(intra_op_threads, inter_op_threads) for each worker's TensorFlow.
 
@@ -118,7 +137,7 @@ def worker_threads(options: pipeline_options.PipelineOptions,
     inter-op thread, so that together they use the cores without oversubscribing them.
     Elsewhere (threads in one process, remote workers): None, TensorFlow's defaults.
     """
-    direct = options.view_as(pipeline_options.DirectOptions)
+    direct = options.view_as(_pipeline_options().DirectOptions)
     if not runs_here(options) or direct.direct_running_mode != "multi_processing":
         return None, None
     cores = cpu_count or os.cpu_count() or 1
@@ -126,11 +145,11 @@ def worker_threads(options: pipeline_options.PipelineOptions,
     return max(1, cores // workers), 1
 
 
-def make_runner(options: pipeline_options.PipelineOptions):
+def make_runner(options):
     """The runner for `options`: the DirectRunner's batch engine, built as the DirectRunner
     builds it (the pipeline options passed on to the workers), for `--runner=FnApiRunner`;
     None (Beam picks from the options) otherwise. Written against Beam 2.77."""
-    runner = options.view_as(pipeline_options.StandardOptions).runner
+    runner = options.view_as(_pipeline_options().StandardOptions).runner
     if not isinstance(runner, str) or runner.lower() != "fnapirunner":
         return None
     from apache_beam.portability.api import beam_provision_api_pb2

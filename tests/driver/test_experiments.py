@@ -103,7 +103,9 @@ class _Started:
     def wait(self):
         if self.done is None:
             try:
-                stdout, stderr = self.process.communicate(timeout=400)
+                # A safety net against a hung runner, far above the check's time on a busy
+                # machine (about 110 s idle, over 400 s with other jobs on 2 cores).
+                stdout, stderr = self.process.communicate(timeout=3600)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 stdout, stderr = self.process.communicate()

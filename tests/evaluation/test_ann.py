@@ -115,3 +115,27 @@ def test_a_missing_library_names_the_extra(monkeypatch):
         ann.build_index(clustered(50), "faiss")
     with pytest.raises(ValueError, match="backend must be one of"):
         ann.build_index(clustered(50), "annoy")
+
+
+def test_calibrated_probes_reach_the_recall_asked_for_or_search_every_partition():
+    keys, queries = clustered(4000, dim=48, clusters=40, seed=12), \
+        clustered(800, dim=48, clusters=40, seed=13)
+    index = ann.build_index(keys, "faiss")
+    probes, recall = ann.calibrate_probes(queries, keys, 4, index, target=0.9, probes=1,
+                                          candidates=128, sample=300)
+    assert 1 < probes <= index.partitions and recall >= 0.9
+    _, exact = knn.top_k(queries, keys, 4)
+    _, found = ann.top_k(queries, keys, 4, index=index, probes=probes, candidates=128)
+    assert ann.recall_at_k(found, exact) >= 0.85  # the sample speaks for the rest
+    # The sample is seeded: the same call chooses the same probes.
+    previous, _ = ann.calibrate_probes(queries, keys, 4, index, target=0.9, probes=1,
+                                       candidates=128, sample=300)
+    assert previous == probes  # the same sample gives the same answer
+    # Isotropic vectors: no partition holds the neighbours, so every partition is searched.
+    rng = np.random.default_rng(14)
+    keys = knn.normalize(rng.standard_normal((3000, 48), dtype=np.float32))
+    index = ann.build_index(keys, "faiss")
+    probes, _ = ann.calibrate_probes(keys[:300], keys, 4, index, target=0.999, probes=2)
+    assert probes == index.partitions
+    with pytest.raises(ValueError, match="target recall must be in"):
+        ann.calibrate_probes(keys, keys, 4, index, target=1.5)
