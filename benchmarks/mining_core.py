@@ -137,7 +137,8 @@ def in_subprocess(args, n: int, method: str, pairs_out: str = "") -> dict:
                "--planted", str(args.planted), "--noise", str(args.noise),
                "--seed", str(args.seed), "--block_mb", str(args.block_mb),
                "--data", args.data, "--clusters", str(args.clusters),
-               "--spread", str(args.spread), "--probes", str(args.probes), "--recall", str(args.recall),
+               "--spread", str(args.spread), "--probes", str(args.probes),
+               "--recall", str(args.recall),
                "--pairs_out", pairs_out]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
