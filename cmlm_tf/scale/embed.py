@@ -46,9 +46,11 @@ from cmlm_tf.scale.corpus_lines import EMBEDDED, LINES_READ, OVER_LONG
 
 COUNTER_NAMESPACE = "cmlm_tf"
 PROGRESS_FOLDER = "_progress"
-# BatchElements gathers up to this many encode() batches per call: encode() sorts what it is
-# given by token length, so a larger call pads less.
-BATCHES_PER_CALL = 16
+# BatchElements gathers this many encode() batches per call (fewer at the end of a bundle):
+# encode() sorts what it is given by token length, so a larger call pads less. A fixed size,
+# not Beam's default of batches timed to about a second, which here would hold a few hundred
+# lines.
+BATCHES_PER_CALL = 64
 _READ_COUNTERS = (LINES_READ,) + corpus_lines.SKIP_REASONS + (OVER_LONG,)
 
 
@@ -313,8 +315,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: EmbedConfig, staging: str,
                           progress_folder=progress_folder)
     rows = (
         lines
-        | "Batch" >> beam.BatchElements(min_batch_size=config.batch_size,
-                                        max_batch_size=config.batch_size * BATCHES_PER_CALL)
+        | "Batch" >> beam.BatchElements(
+            min_batch_size=config.batch_size * BATCHES_PER_CALL,
+            max_batch_size=config.batch_size * BATCHES_PER_CALL)
         | "Encode" >> beam.ParDo(encoder))
     return rows | "Write shards" >> beam.io.WriteToParquet(
         embedding_files.shard_prefix(staging), embedding_files.schema(), codec="snappy",
