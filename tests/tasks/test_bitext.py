@@ -334,14 +334,14 @@ def test_staged_recipe_through_the_driver(tmp_path):
     first = subprocess.run(
         base + ["--experiment=cmlm_tf/cmlm", f"--model_dir={run_1}",
                 f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=3600)
     assert first.returncode == 0, first.stderr[-3000:]
     second = subprocess.run(
         base + ["--experiment=cmlm_tf/cmlm_bitext",
                 "--config_file=configs/cmlm_then_cmlm_br_tiny.yaml", f"--model_dir={run_2}",
                 f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=10,"
                 f"task.init_checkpoint={run_1},task.bitext_data.global_batch_size=8"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=3600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Warm-started from" in second.stderr and "projection, mlm_head" in second.stderr
     assert "ranking_loss" in second.stderr

@@ -90,7 +90,7 @@ def test_conditioning_is_used(tmp_path, tiny_vocab):
     assert np.mean(shuffled_losses) > 1.0
 
 
-def _train(model_dir, steps, extra="", env=None, timeout=300):
+def _train(model_dir, steps, extra="", env=None, timeout=3600):
     cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
            "--config_file=configs/cmlm_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
            f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps}{extra}"]
@@ -164,7 +164,7 @@ def test_two_workers_on_localhost(tmp_path):
     outputs = []
     for proc in procs:
         try:
-            outputs.append(proc.communicate(timeout=400))
+            outputs.append(proc.communicate(timeout=3600))
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()

@@ -36,7 +36,7 @@ def test_tiny_labse_script_runs_three_stages_and_exports(tmp_path):
                    "trainer.summary_interval=2", "trainer.validation_steps=1"]))
     work = tmp_path / "labse"
     result = subprocess.run(["bash", "configs/labse_tiny.sh", str(work)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=env, timeout=900)
+                            capture_output=True, text=True, env=env, timeout=3600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Stacked 1 layers" in result.stderr and "Stacked 2 layers" in result.stderr
     assert "Warm-started from" in result.stderr

@@ -205,7 +205,7 @@ def _driver(model_dir, steps, extra=""):
         [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/moco",
          "--config_file=configs/moco_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
          f"--params_override={overrides}"],
-        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+        cwd=REPO_DIR, capture_output=True, text=True, env=subprocess_env(), timeout=3600)
 
 
 def _queue_ptr(model_dir):

@@ -306,7 +306,7 @@ def test_driver_runs_with_xla(driver_runs):
     """`runtime.enable_xla: true` compiles the driver's train and eval steps (static eval
     batches included): each run trains and evaluates twice with finite losses."""
     folder, runs = driver_runs
-    returncodes = {name: process.wait(timeout=600) for name, (process, _) in runs.items()}
+    returncodes = {name: process.wait(timeout=3600) for name, (process, _) in runs.items()}
     for name, (_, log_path) in runs.items():
         log = log_path.read_text(encoding="utf-8")
         assert returncodes[name] == 0, f"{name}: {log[-3000:]}"
