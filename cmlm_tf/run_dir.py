@@ -63,10 +63,39 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _folder_guard(folder: str):
+    """An exclusive `flock` of `folder` for the block (where the platform has none, or the
+    file system refuses it, the block runs unguarded)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(descriptor)  # closing the last descriptor releases the flock
+
+
 class RunLock:
     """Holds `MODEL_DIR/.cmlm_tf.lock` from `acquire()` to `release()` (or the `with` block).
 
     Raises `RunDirLocked` naming the holder when another live process has it.
+
+    Taking the lock, and taking over a stale one (its process is gone), happen under an
+    exclusive `flock` of the run folder itself, which is never deleted: two processes that
+    find the same stale lock take turns, so the second sees the first one's fresh lock and
+    never removes it.
     """
 
     def __init__(self, model_dir: str):
@@ -77,6 +106,10 @@ class RunLock:
         if not is_local(self.path):
             return self
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        with _folder_guard(os.path.dirname(self.path) or "."):
+            return self._acquire()
+
+    def _acquire(self) -> "RunLock":
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
                       timespec="seconds")}

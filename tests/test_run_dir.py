@@ -366,3 +366,43 @@ def test_load_of_a_truncated_savedmodel_is_one_error(tmp_path, tiny_export):
     with pytest.raises(ValueError, match="serving/1: cannot load the SavedModel") as info:
         cmlm_tf.load(str(copy))
     assert "\n" not in str(info.value)
+
+
+def _race_for_the_lock(model_dir, barrier, results):
+    """One contender of `test_two_processes_never_both_take_over_a_stale_lock`."""
+    barrier.wait()
+    try:
+        lock = run_dir.RunLock(model_dir).acquire()
+    except run_dir.RunDirLocked:
+        results.put("refused")
+        return
+    results.put("held")
+    time.sleep(0.2)  # hold it while the other one tries
+    lock.release()
+
+
+def test_two_processes_never_both_take_over_a_stale_lock(tmp_path):
+    import multiprocessing
+    import socket
+
+    context = multiprocessing.get_context("fork")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "earlier"})
+    both = 0
+    for round_number in range(40):
+        model_dir = tmp_path / f"run{round_number}"
+        model_dir.mkdir()
+        (model_dir / run_dir.LOCK_FILE).write_text(stale)
+        barrier, results = context.Barrier(2), context.Queue()
+        contenders = [context.Process(target=_race_for_the_lock,
+                                      args=(str(model_dir), barrier, results))
+                      for _ in range(2)]
+        for process in contenders:
+            process.start()
+        for process in contenders:
+            process.join(60)
+        outcomes = sorted(results.get(timeout=10) for _ in contenders)
+        assert "held" in outcomes  # the stale lock is always taken over
+        both += outcomes == ["held", "held"]
+    assert both == 0, f"both processes held the lock in {both} of 40 rounds"
