@@ -2,6 +2,7 @@ r"""Time and peak memory of the bitext-mining core (`cmlm_tf.evaluation.mining.m
 
     python benchmarks/mining_core.py [--n 100000] [--dim 384] [--k 4] [--reference_n 5000]
     python benchmarks/mining_core.py --n 100000 --index ann --backend faiss [--data clustered]
+    python benchmarks/mining_core.py --n 100000 --index flat [--precision bfloat16]
     python benchmarks/mining_core.py --n 1000000 --index ann --no_exact --reference_n 0
 
 Synthetic float32 unit vectors: half of the targets are noisy copies of a source (planted
@@ -9,7 +10,9 @@ translations, shuffled), the rest random. `--data isotropic` (default) draws eve
 uniformly on the sphere; `--data clustered` draws them around `--clusters` centres, as
 sentence embeddings cluster by topic (`--spread`: distance from the centre, relative).
 
-`--index ann` also mines with an index per side (`cmlm_tf.evaluation.ann`) and compares
+`--index flat` also mines with every pair scored by a bfloat16 (or float32) product and each
+sentence's shortlist re-scored exactly (`cmlm_tf.scale.flat_search`); `--index ann` also
+mines with an index per side (`cmlm_tf.evaluation.ann`) and compares
 its pairs with the exact miner's, in the same run: the share of the exact pairs above the
 exact best-F1 threshold that it keeps, and both best F1s (`--no_exact` skips the exact run,
 for sizes where it would take hours). Each measurement runs in a fresh process and
@@ -21,6 +24,7 @@ computed.
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -88,6 +92,10 @@ def measure(args) -> dict:
     clusters = args.clusters if args.data == "clustered" else 0
     src, tgt, planted = synthetic(args.n, args.dim, args.planted, args.noise, args.seed,
                                   clusters, args.spread)
+    if args.method == "flat":  # TensorFlow's start-up, once per process, is not the search's
+        from cmlm_tf.scale import flat_search
+
+        flat_search.top_k(src[:100], tgt[:100], args.k)
     rss_inputs = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     # tracemalloc sees NumPy's buffers, not faiss's or ScaNN's C++ ones: for the indexes,
     # the process's peak resident set is the figure.
@@ -95,6 +103,10 @@ def measure(args) -> dict:
     start = time.perf_counter()
     if args.method == "chunked":
         pairs = mining.mine(src, tgt, k=args.k, block_bytes=args.block_mb * 2**20)
+    elif args.method == "flat":
+        pairs = mining.mine(src, tgt, k=args.k, search_both=functools.partial(
+            flat_search.top_k_both, precision=args.precision))
+        chosen = [flat_search.compute_dtype(args.precision)]
     elif args.method.startswith("ann-"):
         backend = args.method.split("-")[1]
         calibrated = args.method.endswith("-calibrated")
@@ -121,7 +133,7 @@ def measure(args) -> dict:
         np.savez(args.pairs_out, src=pairs.src_indices, tgt=pairs.tgt_indices,
                  scores=pairs.scores, threshold=threshold)
     return {"method": args.method, "n": args.n, "seconds": seconds,
-            "probes": " and ".join(chosen) if args.method.startswith("ann-") else "",
+            "probes": " and ".join(chosen) if args.method.startswith(("ann-", "flat")) else "",
             "core_peak_mib": peak / 2**20,
             "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "rss_after_inputs_mib": rss_inputs, "inputs_mib": (src.nbytes + tgt.nbytes) / 2**20,
@@ -138,7 +150,7 @@ def in_subprocess(args, n: int, method: str, pairs_out: str = "") -> dict:
                "--seed", str(args.seed), "--block_mb", str(args.block_mb),
                "--data", args.data, "--clusters", str(args.clusters),
                "--spread", str(args.spread), "--probes", str(args.probes),
-               "--recall", str(args.recall),
+               "--recall", str(args.recall), "--precision", args.precision,
                "--pairs_out", pairs_out]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -169,6 +181,8 @@ def compare_indexes(args) -> None:
     methods = [f"ann-{backend}" for backend in backends]
     if args.recall:
         methods.append(f"ann-{backends[0]}-calibrated")
+    if args.index == "flat":
+        methods = ["flat"]
     with tempfile.TemporaryDirectory() as folder:
         exact_file = os.path.join(folder, "exact.npz")
         if not args.no_exact:
@@ -179,7 +193,8 @@ def compare_indexes(args) -> None:
             show(result)
             if not args.no_exact:
                 kept = kept_pairs(exact_file, ann_file)
-                print(f"{'':>11} probes/partitions {result['probes']}: keeps "
+                what = "precision" if method == "flat" else "probes/partitions"
+                print(f"{'':>11} {what} {result['probes']}: keeps "
                       f"{kept['kept']:.2%} of the {kept['above_threshold']} exact pairs "
                       "above the exact best-F1 threshold")
 
@@ -203,8 +218,12 @@ def main():
                         help="centres of --data clustered")
     parser.add_argument("--spread", type=float, default=1.0,
                         help="distance of a point from its centre, relative to the centre")
-    parser.add_argument("--index", choices=["exact", "ann"], default="exact",
-                        help="ann: also mine with an index per side and compare the pairs")
+    parser.add_argument("--index", choices=["exact", "ann", "flat"], default="exact",
+                        help="ann: also mine with an index per side, flat: also mine with "
+                             "the low-precision product (cmlm_tf.scale.flat_search), and "
+                             "compare the pairs")
+    parser.add_argument("--precision", choices=["auto", "bfloat16", "float32"],
+                        default="auto", help="the product's precision for --index flat")
     parser.add_argument("--backend", choices=list(ann.BACKENDS) + ["both"], default="faiss")
     parser.add_argument("--probes", type=int, default=ann.DEFAULT_PROBES)
     parser.add_argument("--no_exact", action="store_true",
@@ -213,7 +232,7 @@ def main():
                         help="with --index ann: also mine with the probes calibrated to this "
                              "recall@k on a sample (cmlm_tf.evaluation.ann.calibrate_probes)")
     parser.add_argument("--method", default="chunked",
-                        choices=["chunked", "brute_force", "ann-faiss", "ann-scann",
+                        choices=["chunked", "brute_force", "flat", "ann-faiss", "ann-scann",
                                  "ann-faiss-calibrated", "ann-scann-calibrated"])
     parser.add_argument("--pairs_out", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -238,7 +257,7 @@ def main():
         print(f"same pairs: {same}; chunked/brute-force time "
               f"{chunked['seconds'] / brute['seconds']:.2f}, core memory "
               f"{chunked['core_peak_mib'] / brute['core_peak_mib']:.2f}")
-    if args.index == "ann":
+    if args.index in ("ann", "flat"):
         compare_indexes(args)
         return
     result = in_subprocess(args, args.n, "chunked")

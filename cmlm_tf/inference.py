@@ -119,14 +119,20 @@ def describe_cpu() -> str:
             f"flags: {' '.join(speed_flags()) or 'unknown'}")
 
 
+def native_bfloat16() -> Optional[bool]:
+    """Whether the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX); None where its
+    flags cannot be read."""
+    flags = cpu_flags()
+    return None if flags is None else bool(flags & set(_NATIVE_BF16_FLAGS))
+
+
 def warn_if_bfloat16_is_emulated() -> bool:
     """Warns (once per process) when bfloat16 would run emulated, and slower than float32.
 
     That is a CPU whose flags show neither AVX512_BF16 nor AMX, with no GPU. Returns whether
     it warned. Machines whose flags cannot be read are not warned about.
     """
-    flags = cpu_flags()
-    if flags is None or flags & set(_NATIVE_BF16_FLAGS):
+    if native_bfloat16() in (None, True):
         return False
     import tensorflow as tf
 

@@ -1,7 +1,7 @@
 r"""Mines translation pairs from two plain-text files with an exported encoder.
 
     python -m cmlm_tf.mine --model EXPORT_DIR --src en.txt --tgt es.txt --output pairs.tsv \
-        [--threshold T] [--margin ratio|distance] [--k 4] [--index auto|exact|ann] \
+        [--threshold T] [--margin ratio|distance] [--k 4] [--index auto|exact|flat|ann] \
         [--pcr | --pcr_file F --src_lang en --tgt_lang es]
     python -m cmlm_tf.mine --src_vectors EMB_EN --tgt_vectors EMB_ES --src en.txt \
         --tgt es.txt --output pairs.tsv [Beam pipeline options, e.g. --runner=DirectRunner]
@@ -14,9 +14,12 @@ similarity matrix is built.
 
 `--src_vectors`/`--tgt_vectors` take the folders of `python -m cmlm_tf.embed_corpus` instead
 of encoding here; `--src`/`--tgt` then only give the texts of the output lines. The k-NN
-search is exact (`--index exact`, NumPy blocks) or approximate (`--index ann`: an index per
-side, `cmlm_tf.evaluation.ann`, in the `scale` extra); `auto` takes `ann` above
-`ANN_ABOVE` candidate pairs when the extra is installed. Given Beam pipeline options, the
+search is exact (`--index exact`, NumPy blocks), every pair scored in bfloat16 on CPUs that
+multiply it natively with each sentence's shortlist re-scored exactly (`--index flat`,
+`cmlm_tf.scale.flat_search`), or approximate (`--index ann`: an index per side,
+`cmlm_tf.evaluation.ann`, in the `scale` extra). `auto` takes `exact` up to `FLAT_ABOVE`
+candidate pairs, `flat` up to `ANN_ABOVE`, and `ann` above it when the extra is installed
+(`flat` when not). Given Beam pipeline options, the
 k-NN queries of both sides run as a Beam pipeline (`cmlm_tf.scale.knn`); without, in this
 process, on every core.
 """
@@ -33,11 +36,14 @@ from typing import Optional, Sequence
 from cmlm_tf import cli, disk
 from cmlm_tf.evaluation import mining, readers
 
-INDEXES = ("auto", "exact", "ann")
+INDEXES = ("auto", "exact", "flat", "ann")
 ANN_BACKENDS = ("faiss", "scann")
-# `--index auto` searches approximately above this many candidate pairs (n_src × n_tgt):
-# below it the exact search is as fast (docs/results.md, "Mining at corpus scale").
-ANN_ABOVE = 20_000 ** 2
+# `--index auto`, by candidate pairs (n_src × n_tgt): exact up to FLAT_ABOVE, where the flat
+# product's start-up (TensorFlow, XLA) costs as much as it saves; flat up to ANN_ABOVE, about
+# where an index per side becomes faster; an index above (docs/results.md, "Mining at
+# corpus scale").
+FLAT_ABOVE = 20_000 ** 2
+ANN_ABOVE = 200_000 ** 2
 # The in-process search reports progress after each of about this many parts of the queries.
 _PROGRESS_PARTS = 20
 
@@ -64,8 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=64, help="encode batch size")
     search = parser.add_argument_group("k-NN search")
     search.add_argument("--index", choices=INDEXES, default="auto",
-                        help="exact, ann (an index per side; the scale extra), or auto: ann "
-                             f"above {ANN_ABOVE:,} candidate pairs when installed")
+                        help="exact; flat (every pair in bfloat16, shortlists re-scored "
+                             "exactly); ann (an index per side; the scale extra); or auto: "
+                             f"exact up to {FLAT_ABOVE:,} candidate pairs, flat up to "
+                             f"{ANN_ABOVE:,}, ann above when installed")
     search.add_argument("--ann_backend", choices=ANN_BACKENDS, default="faiss",
                         help="the index library (default faiss)")
     search.add_argument("--probes", type=int, default=None,
@@ -126,7 +134,7 @@ def check_arguments(args, beam_args: Sequence[str]) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1 and flag != "recall":
             raise cli.UsageError(f"--{flag} must be positive, got {value}")
-        if value is not None and args.index == "exact":
+        if value is not None and args.index in ("exact", "flat"):
             raise cli.UsageError(f"--{flag} applies to --index ann (or auto)")
     if args.work_dir and not beam_args:
         raise cli.UsageError("--work_dir applies to a Beam run (give Beam options, e.g. "
@@ -134,16 +142,18 @@ def check_arguments(args, beam_args: Sequence[str]) -> None:
 
 
 def choose_index(requested: str, num_src: int, num_tgt: int, backend: str) -> str:
-    """`exact` or `ann` for `--index requested` (auto: ann above ANN_ABOVE candidate pairs,
-    when the backend is installed)."""
+    """`exact`, `flat` or `ann` for `--index requested` (auto: by the candidate pairs, see
+    `FLAT_ABOVE` and `ANN_ABOVE`; ann only when the backend is installed)."""
     if requested != "auto":
         return requested
-    if num_src * num_tgt <= ANN_ABOVE:
+    if num_src * num_tgt <= FLAT_ABOVE:
         return "exact"
+    if num_src * num_tgt <= ANN_ABOVE:
+        return "flat"
     try:
         __import__("faiss" if backend == "faiss" else "scann")
     except ImportError:
-        return "exact"
+        return "flat"
     return "ann"
 
 
@@ -208,7 +218,8 @@ def index_and_probes(queries, keys, k: int, backend: str, probes: Optional[int],
 def make_search(index: str, backend: str, probes: Optional[int] = None,
                 candidates: Optional[int] = None, recall: Optional[float] = None,
                 progress: Optional[_Progress] = None) -> mining.Search:
-    """The in-process search of one side: exact blocks or an index built on the keys."""
+    """The in-process search of one side: exact blocks, the flat product, or an index built
+    on the keys."""
     from cmlm_tf.evaluation import ann, knn
 
     sides = iter(("forward", "backward"))
@@ -216,6 +227,10 @@ def make_search(index: str, backend: str, probes: Optional[int] = None,
     def search(queries, keys, k):
         if index == "exact":
             part = knn.top_k
+        elif index == "flat":
+            from cmlm_tf.scale import flat_search
+
+            part = flat_search.FlatIndex(keys, k).search
         else:
             chosen = candidates or ann.DEFAULT_CANDIDATES
             built, used = index_and_probes(queries, keys, k, backend, probes, chosen,
@@ -230,6 +245,16 @@ def make_search(index: str, backend: str, probes: Optional[int] = None,
     return search
 
 
+def _describe(index: str, backend: str) -> str:
+    if index == "ann":
+        return f"ann, {backend}"
+    if index == "flat":
+        from cmlm_tf.scale import flat_search
+
+        return f"flat, {flat_search.compute_dtype()} product"
+    return index
+
+
 def mine_vectors(args, src_vectors, tgt_vectors, beam_args: Sequence[str],
                  stage: cli.Stages) -> mining.MinedPairs:
     """Margin-scored pairs of two vector sets, searched here or on Beam."""
@@ -237,10 +262,16 @@ def mine_vectors(args, src_vectors, tgt_vectors, beam_args: Sequence[str],
 
     src_vectors, tgt_vectors = knn.normalize(src_vectors), knn.normalize(tgt_vectors)
     index = choose_index(args.index, len(src_vectors), len(tgt_vectors), args.ann_backend)
-    stage(f"k-NN search ({index}{'' if index == 'exact' else ', ' + args.ann_backend}"
+    stage(f"k-NN search ({_describe(index, args.ann_backend)}"
           f"{', on Beam' if beam_args else ''}) and {args.margin} margin scoring, k={args.k}")
     if not beam_args:
         progress = _Progress(len(src_vectors) + len(tgt_vectors))
+        if index == "flat":
+            from cmlm_tf.scale import flat_search
+
+            return mining.max_retrieval(mining.margin_candidates(
+                src_vectors, tgt_vectors, args.k, args.margin,
+                search_both=functools.partial(flat_search.top_k_both, report=progress)))
         search = make_search(index, args.ann_backend, args.probes, args.candidates,
                              args.recall, progress)
         return mining.max_retrieval(mining.margin_candidates(

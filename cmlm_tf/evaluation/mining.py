@@ -24,6 +24,10 @@ from cmlm_tf.evaluation import knn
 MARGINS = ("ratio", "distance")
 # search(queries, keys, k) -> (cosines [n, k], indices int64 [n, k]).
 Search = Callable[[np.ndarray, np.ndarray, int], Tuple[np.ndarray, np.ndarray]]
+# search_both(src, tgt, k) -> ((cosines, indices) of the sources, the same of the targets):
+# both directions at once, e.g. from one product (`cmlm_tf.scale.flat_search.top_k_both`).
+SearchBoth = Callable[[np.ndarray, np.ndarray, int],
+                      Tuple[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]]
 
 
 def margin(cosines: np.ndarray, neighbourhood: np.ndarray, kind: str = "ratio") -> np.ndarray:
@@ -56,7 +60,8 @@ class MarginCandidates:
 
 def margin_candidates(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
                       block_bytes: int = knn.DEFAULT_BLOCK_BYTES,
-                      search: Optional[Search] = None) -> MarginCandidates:
+                      search: Optional[Search] = None,
+                      search_both: Optional[SearchBoth] = None) -> MarginCandidates:
     """k-NN of each side and margin scores of all candidate pairs.
 
     Args:
@@ -66,10 +71,19 @@ def margin_candidates(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = 
         search: `search(queries, keys, k) -> (cosines [n, k], indices int64 [n, k])`, rows
             by descending cosine; default the exact blocked search (`knn.top_k`). An
             approximate one: `functools.partial(ann.top_k, ...)`.
+        search_both: `search_both(src, tgt, k)`, both directions at once; replaces
+            `search` (`SearchBoth`).
     """
     margin(np.zeros(1), np.ones(1), kind)  # validates `kind` before the expensive part
     if k < 1:
         raise ValueError(f"k must be positive, got {k}")
+    if search_both is not None:
+        if search is not None:
+            raise ValueError("search and search_both are exclusive")
+        (forward_cosines, forward_indices), (backward_cosines, backward_indices) = \
+            search_both(src, tgt, k)
+        return margin_scores(forward_cosines, forward_indices, backward_cosines,
+                             backward_indices, kind)
     if search is None:
         search = functools.partial(knn.top_k, block_bytes=block_bytes)
     forward_cosines, forward_indices = search(src, tgt, min(k, tgt.shape[0]))
@@ -143,12 +157,13 @@ def max_retrieval(candidates: MarginCandidates) -> MinedPairs:
 
 
 def mine(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
-         block_bytes: int = knn.DEFAULT_BLOCK_BYTES,
-         search: Optional[Search] = None) -> MinedPairs:
-    """Margin-scored 1-to-1 pairs of two sets of embeddings (normalised here); `search` as
-    in `margin_candidates`."""
+         block_bytes: int = knn.DEFAULT_BLOCK_BYTES, search: Optional[Search] = None,
+         search_both: Optional[SearchBoth] = None) -> MinedPairs:
+    """Margin-scored 1-to-1 pairs of two sets of embeddings (normalised here); `search` and
+    `search_both` as in `margin_candidates`."""
     return max_retrieval(margin_candidates(knn.normalize(src), knn.normalize(tgt), k, kind,
-                                           block_bytes=block_bytes, search=search))
+                                           block_bytes=block_bytes, search=search,
+                                           search_both=search_both))
 
 
 def precision_recall_f1(num_correct: int, num_mined: int, num_gold: int) -> Dict[str, float]:

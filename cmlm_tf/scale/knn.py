@@ -35,7 +35,7 @@ DEFAULT_SHARD_ROWS = 16384
 
 @dataclasses.dataclass(frozen=True)
 class SearchSpec:
-    """How the workers search: `index` is `exact` or `ann` (then `backend`, `candidates`
+    """How the workers search: `index` is `exact`, `flat` or `ann` (then `backend`, `candidates`
     and `probes` as in `ann.top_k`; probes None: the fewest that reach `recall` on a sample,
     `ann.calibrate_probes`, chosen once per direction before the pipeline runs); `threads`
     caps each worker's BLAS/OpenMP threads (None: leave the library's default)."""
@@ -84,10 +84,12 @@ def _local_copy(path: str) -> Tuple[str, Optional[str]]:
 
 @dataclasses.dataclass
 class _Side:
-    """What a worker holds for one direction: the keys and their index (None: exact)."""
+    """What a worker holds for one direction: the keys and their index (None: exact; a
+    `flat_search.FlatIndex` for flat, made on the worker's first shard of that direction)."""
 
     keys: np.ndarray
     index: Optional[ann.Index]
+    flat: Optional[object] = None
 
 
 class _Loaded:
@@ -138,7 +140,7 @@ class SearchShard(beam.DoFn):
 
     def setup(self):
         if self._spec.threads:
-            _limit_threads(self._spec.threads, self._spec.backend)
+            _limit_threads(self._spec.threads, self._spec)
 
         def load():
             return _Loaded({direction: _load_side(self._work_dir, direction, self._spec)
@@ -152,7 +154,13 @@ class SearchShard(beam.DoFn):
         queries = np.asarray(queries[start:stop], np.float32)
         side = self._loaded.sides[direction]
         k = min(self._k, side.keys.shape[0])
-        if side.index is None:
+        if self._spec.index == "flat":
+            from cmlm_tf.scale import flat_search
+
+            if side.flat is None:
+                side.flat = flat_search.FlatIndex(side.keys, k)
+            cosines, indices = side.flat.search(queries)
+        elif side.index is None:
             cosines, indices = knn.top_k(queries, side.keys, k)
         else:
             cosines, indices = ann.top_k(
@@ -166,9 +174,15 @@ class SearchShard(beam.DoFn):
         yield _result_name(direction, start)
 
 
-def _limit_threads(threads: int, backend: str) -> None:
-    """Caps the worker's OpenMP threads (faiss) so workers on one machine share its cores."""
-    if backend == "faiss":
+def _limit_threads(threads: int, spec: SearchSpec) -> None:
+    """Caps the worker's threads (faiss's OpenMP, TensorFlow's pools for the flat product)
+    so workers on one machine share its cores."""
+    if spec.index == "flat":
+        from cmlm_tf import inference
+
+        inference.apply_thread_settings(threads, 1)
+        return
+    if spec.backend == "faiss":
         try:
             import faiss
         except ImportError:

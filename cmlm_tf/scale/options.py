@@ -133,16 +133,19 @@ def worker_threads(options,
                    cpu_count: Optional[int] = None) -> Tuple[Optional[int], Optional[int]]:
     """(intra_op_threads, inter_op_threads) for each worker's TensorFlow.
 
-    W local worker processes on C cores get max(1, C // W) intra-op threads each and one
-    inter-op thread, so that together they use the cores without oversubscribing them.
-    Elsewhere (threads in one process, remote workers): None, TensorFlow's defaults.
+    W local worker processes on C cores get max(1, C // W) intra-op threads each, so that
+    together they use the cores without oversubscribing them; a worker with one core gets
+    one inter-op thread, a worker with more keeps TensorFlow's default (one inter-op thread
+    cost a single worker on 2 cores 15 % of its speed: docs/results.md, "Mining at corpus
+    scale"). Elsewhere (threads in one process, remote workers): None, TensorFlow's defaults.
     """
     direct = options.view_as(_pipeline_options().DirectOptions)
     if not runs_here(options) or direct.direct_running_mode != "multi_processing":
         return None, None
     cores = cpu_count or os.cpu_count() or 1
     workers = direct.direct_num_workers or cores
-    return max(1, cores // workers), 1
+    intra = max(1, cores // workers)
+    return intra, 1 if intra == 1 else None
 
 
 def make_runner(options):

@@ -1,5 +1,6 @@
 """`python -m cmlm_tf.mine` on the folders of `python -m cmlm_tf.embed_corpus`: the same pairs
-as mining the text files with the model, on the exact search, the index, and Beam; clear
+as mining the text files with the model, on the exact search, the flat product, the index,
+and Beam; clear
 errors when the texts do not belong to the vectors."""
 
 import numpy as np
@@ -52,7 +53,9 @@ def test_vectors_mine_the_pairs_the_model_mines(capsys, corpus, tiny_export):
     assert code == 0, err
     expected = _lines(corpus / "model.tsv")
     assert len(expected) > 30
-    for extra in (["--index", "exact"], ["--index", "exact"] + IN_PROCESS):
+    # The flat product re-scores its shortlists exactly: the exact search's pairs and scores.
+    for extra in (["--index", "exact"], ["--index", "exact"] + IN_PROCESS,
+                  ["--index", "flat"], ["--index", "flat"] + IN_PROCESS):
         output = corpus / "vectors.tsv"
         code, err = _mine(capsys, vectors + texts + extra + ["--output", str(output)])
         assert code == 0, err
@@ -79,6 +82,7 @@ def test_vectors_mine_the_pairs_the_model_mines(capsys, corpus, tiny_export):
     (["--work_dir", "{dir}/w"], "--work_dir applies to a Beam run"),
     (["--probes", "0"], "--probes must be positive, got 0"),
     (["--index", "exact", "--candidates", "8"], "--candidates applies to --index ann"),
+    (["--index", "flat", "--probes", "8"], "--probes applies to --index ann"),
 ])
 def test_bad_combinations_are_refused_in_one_line(capsys, corpus, argv, message):
     base = {"--src": str(corpus / "src.txt"), "--tgt": str(corpus / "tgt.txt"),
@@ -104,3 +108,15 @@ def test_a_source_file_changed_after_embedding_is_refused(capsys, tmp_path, tiny
                                "--output", str(tmp_path / "p.tsv")])
     assert code == 2
     assert "src.txt: has no line" in err and "changed after it was embedded" in err
+
+
+def test_auto_index_grows_from_exact_to_flat_to_an_index(monkeypatch):
+    side = int(mine.FLAT_ABOVE ** 0.5)
+    assert mine.choose_index("auto", side, side, "faiss") == "exact"
+    assert mine.choose_index("auto", side + 1, side, "faiss") == "flat"
+    big = int(mine.ANN_ABOVE ** 0.5) + 1
+    assert mine.choose_index("auto", big, big, "faiss") == "ann"
+    assert mine.choose_index("flat", 10, 10, "faiss") == "flat"
+    # Without the index library, large inputs stay on the flat product.
+    monkeypatch.setitem(__import__("sys").modules, "faiss", None)
+    assert mine.choose_index("auto", big, big, "faiss") == "flat"

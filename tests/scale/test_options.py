@@ -56,7 +56,8 @@ def test_worker_threads_split_the_cores():
         return beam_options.worker_threads(beam_options.make_options(flags, cpu_count=cpu_count),
                                            cpu_count=cpu_count)
 
-    assert threads(["--direct_num_workers=3"], 8) == (2, 1)
+    assert threads(["--direct_num_workers=3"], 8) == (2, None)
+    assert threads(["--direct_num_workers=1"], 2) == (2, None)
     assert threads([], 2) == (1, 1)
     assert threads(["--direct_num_workers=16"], 8) == (1, 1)
     assert threads(["--direct_running_mode=multi_threading"]) == (None, None)
