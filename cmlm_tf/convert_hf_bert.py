@@ -60,16 +60,41 @@ _HF_ACTIVATIONS = {
 }
 
 
-def _read_json(path: str, required: bool = False) -> Optional[dict]:
+def _read_json(path: str, required: bool = False, kind: type = dict) -> Optional[dict]:
+    """The JSON value of `path` (an object, or `kind`); None when absent and not required."""
     if not os.path.exists(path):
         if required:
             raise FileNotFoundError(f"{path}: required file not found")
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            value = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: cannot read JSON ({e})") from None
+    if not isinstance(value, kind):
+        expected = "object" if kind is dict else "list"
+        raise ValueError(f"{path}: expected a JSON {expected}, got {type(value).__name__}")
+    return value
+
+
+_REQUIRED = object()
+
+
+def _number(config: dict, path: str, name: str, default=_REQUIRED, integer: bool = True,
+            minimum: float = 1, maximum: Optional[float] = None):
+    """`config[name]` checked: an int (or a number), within [minimum, maximum]; the error
+    reads `FILE: FIELD: what is wrong`."""
+    value = config.get(name, default)
+    if value is _REQUIRED:
+        raise ValueError(f"{path}: {name}: missing")
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"{path}: {name}: expected {what}, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"at least {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{path}: {name}: must be {bound}, got {value!r}")
+    return value
 
 
 # sentence-transformers module types (the last component of `modules.json`'s `type`).
@@ -109,13 +134,14 @@ def _read_modules(hf_dir: str) -> list:
     """`modules.json` as [(kind, folder)] with kind in `_ST_MODULES`, in order; a folder
     without it is one plain Hugging Face model: [("Transformer", hf_dir)]."""
     path = os.path.join(hf_dir, "modules.json")
-    modules = _read_json(path)
+    modules = _read_json(path, kind=list)
     if modules is None:
         return [("Transformer", hf_dir)]
-    if not isinstance(modules, list):
-        raise ValueError(f"{path}: expected a list of modules")
     read = []
     for index, module in enumerate(modules):
+        if not isinstance(module, dict):
+            raise ValueError(f"{path}: module {index}: expected a JSON object, got "
+                             f"{type(module).__name__}")
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         if kind not in _ST_MODULES:
             raise ValueError(f"{path}: module {index} has type {module.get('type')!r}, which "
@@ -148,7 +174,7 @@ def _read_dense(folder: str, width: int) -> dict:
         raise FileNotFoundError(f"{weights}: required file not found (a Dense module saved as "
                                 "pytorch_model.bin only: save it again with "
                                 "sentence-transformers 3 or later)")
-    return {"size": int(config["out_features"]), "bias": bool(config.get("bias", True)),
+    return {"size": _number(config, path, "out_features"), "bias": bool(config.get("bias", True)),
             "activation": _DENSE_ACTIVATIONS[activation], "weights": weights}
 
 
@@ -172,24 +198,36 @@ def read_hf_metadata(hf_dir: str) -> dict:
         raise ValueError(f"{config_path}: model_type {model_type!r} is not supported "
                          f"({', '.join(MODEL_TYPES)})")
     # RoBERTa numbers positions from its padding id + 1.
-    position_offset = int(config.get("pad_token_id", 1)) + 1 if model_type == "xlm-roberta" \
-        else 0
+    position_offset = _number(config, config_path, "pad_token_id", 1, minimum=0) + 1 \
+        if model_type == "xlm-roberta" else 0
     act = config.get("hidden_act", "gelu")
     if act not in _HF_ACTIVATIONS:
         raise ValueError(f"{config_path}: unsupported hidden_act {act!r}")
+    hidden_size = _number(config, config_path, "hidden_size")
+    heads = _number(config, config_path, "num_attention_heads")
+    if hidden_size % heads:
+        raise ValueError(f"{config_path}: hidden_size: {hidden_size} is not a multiple of "
+                         f"num_attention_heads {heads}")
+    positions = _number(config, config_path, "max_position_embeddings", 512,
+                        minimum=position_offset + 1)
+    probability = {"integer": False, "minimum": 0, "maximum": 1}
     encoder = {
-        "vocab_size": config["vocab_size"],
-        "hidden_size": config["hidden_size"],
-        "num_layers": config["num_hidden_layers"],
-        "num_attention_heads": config["num_attention_heads"],
-        "intermediate_size": config["intermediate_size"],
+        "vocab_size": _number(config, config_path, "vocab_size"),
+        "hidden_size": hidden_size,
+        "num_layers": _number(config, config_path, "num_hidden_layers"),
+        "num_attention_heads": heads,
+        "intermediate_size": _number(config, config_path, "intermediate_size"),
         "hidden_activation": _HF_ACTIVATIONS[act],
-        "max_position_embeddings": config.get("max_position_embeddings", 512) - position_offset,
-        "type_vocab_size": config.get("type_vocab_size", 2),
-        "dropout_rate": config.get("hidden_dropout_prob", 0.1),
-        "attention_dropout_rate": config.get("attention_probs_dropout_prob", 0.1),
-        "initializer_range": config.get("initializer_range", 0.02),
-        "layer_norm_epsilon": float(config.get("layer_norm_eps", 1e-12)),
+        "max_position_embeddings": positions - position_offset,
+        "type_vocab_size": _number(config, config_path, "type_vocab_size", 2),
+        "dropout_rate": _number(config, config_path, "hidden_dropout_prob", 0.1,
+                                **probability),
+        "attention_dropout_rate": _number(config, config_path,
+                                          "attention_probs_dropout_prob", 0.1, **probability),
+        "initializer_range": _number(config, config_path, "initializer_range", 0.02,
+                                     integer=False, minimum=0),
+        "layer_norm_epsilon": float(_number(config, config_path, "layer_norm_eps", 1e-12,
+                                            integer=False, minimum=0)),
         "pooling": "cls",
         "projection_size": 0,
         "projection_activation": "linear",
@@ -206,8 +244,10 @@ def read_hf_metadata(hf_dir: str) -> dict:
             encoder["projection_activation"] = dense["activation"]
         elif kind == "Normalize":
             encoder["normalize"] = True
-    tokenizer_config = _read_json(os.path.join(transformer_dir, "tokenizer_config.json")) or {}
-    st_config = _read_json(os.path.join(hf_dir, "sentence_bert_config.json")) or {}
+    tokenizer_path = os.path.join(transformer_dir, "tokenizer_config.json")
+    tokenizer_config = _read_json(tokenizer_path) or {}
+    st_path = os.path.join(hf_dir, "sentence_bert_config.json")
+    st_config = _read_json(st_path) or {}
     tokenizer_json = _read_json(os.path.join(transformer_dir, "tokenizer.json")) or {}
     is_xlmr = str(tokenizer_config.get("tokenizer_class", "")).startswith("XLMRoberta") or (
         (tokenizer_json.get("model") or {}).get("type") == "Unigram")
@@ -220,11 +260,23 @@ def read_hf_metadata(hf_dir: str) -> dict:
         "tokenizer_type": "xlmr_sentencepiece" if is_xlmr else "wordpiece",
         "lower_case": bool(lower_case),
         "position_offset": position_offset,
-        "max_seq_length": st_config.get("max_seq_length")
-        or tokenizer_config.get("model_max_length"),
+        "max_seq_length": _max_seq_length(st_config, st_path, tokenizer_config,
+                                          tokenizer_path, encoder["max_position_embeddings"]),
         "transformer_dir": transformer_dir,
         "dense": dense,
     }
+
+
+def _max_seq_length(st_config: dict, st_path: str, tokenizer_config: dict,
+                    tokenizer_path: str, positions: int) -> Optional[int]:
+    """sentence-transformers' `max_seq_length`, which must fit the position table; else the
+    tokenizer's `model_max_length` (capped at the table: Hugging Face writes a huge number
+    for "no limit"); else None."""
+    if st_config.get("max_seq_length") is not None:
+        return _number(st_config, st_path, "max_seq_length", maximum=positions)
+    if tokenizer_config.get("model_max_length") is not None:
+        return min(positions, _number(tokenizer_config, tokenizer_path, "model_max_length"))
+    return None
 
 
 def read_wordpiece_vocab(transformer_dir: str) -> list:
