@@ -68,6 +68,25 @@ class ArgumentParser(argparse.ArgumentParser):
         return f"{flag}: not recognised (see --help)"
 
 
+def existing_path(path: str) -> str:
+    """argparse `type` of an input folder or file (`--model`, `--model_dir`, `--hf_dir`): a
+    local path that does not exist is refused as the arguments are parsed, before TensorFlow
+    is imported, with a close sibling when there is one ("runs/cmlm_tny: not found; did you
+    mean runs/cmlm_tiny?"). Remote paths (`gs://...`) are left to the reader."""
+    if "://" in path or os.path.exists(path):
+        return path
+    parent, name = os.path.split(os.path.normpath(path))
+    try:
+        siblings = os.listdir(parent or ".")
+    except OSError:
+        siblings = []
+    from cmlm_tf.names import closest
+
+    close = [os.path.join(parent, sibling) for sibling in closest(name, siblings)]
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise argparse.ArgumentTypeError(f"{path}: not found{hint}")
+
+
 def _flags_of(parser: argparse.ArgumentParser) -> list:
     """Every flag of `parser` and of its subcommands (argparse hands a subcommand's unknown
     arguments back to the top-level parser, which must not call its flags unknown)."""

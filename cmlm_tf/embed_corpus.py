@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Embed a text corpus into Parquet shards with an Apache Beam pipeline. "
                     "Flags not listed here are Beam pipeline options (--runner, "
                     "--direct_num_workers, ...).")
-    parser.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
+    parser.add_argument("--model", required=True,
+                        type=cli.existing_path, help="export folder (python -m cmlm_tf.export)")
     parser.add_argument("--input", required=True, action="append",
                         help="file glob, one sentence per line; repeat for more globs")
     parser.add_argument("--output", required=True,

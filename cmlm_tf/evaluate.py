@@ -32,7 +32,8 @@ PCR_TASKS = ("retrieval", "mining", "bias")
 
 def _common_parser() -> argparse.ArgumentParser:
     common = cli.ArgumentParser(add_help=False)
-    common.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
+    common.add_argument("--model", required=True,
+                        type=cli.existing_path, help="export folder (python -m cmlm_tf.export)")
     common.add_argument("--output", help="write the report as JSON to this file")
     common.add_argument("--batch_size", type=int, default=64, help="encode batch size")
     return common

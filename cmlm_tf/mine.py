@@ -54,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Mine 1-to-1 translation pairs from two text files (margin scoring). "
                     "Options the command does not know are Apache Beam pipeline options: "
                     "with them, the k-NN search runs as a Beam pipeline.")
-    parser.add_argument("--model", help="export folder (python -m cmlm_tf.export); not "
-                                        "needed with --src_vectors/--tgt_vectors")
+    parser.add_argument("--model", type=cli.existing_path,
+                        help="export folder (python -m cmlm_tf.export); not needed with "
+                             "--src_vectors/--tgt_vectors")
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--tgt", required=True, help="target sentences, one per line")
     parser.add_argument("--output", required=True, help="pairs file: score<TAB>src<TAB>tgt")

@@ -13,7 +13,8 @@ def build_parser():
         prog="python -m cmlm_tf.similarity",
         description="Encode sentences with an exported cmlm_tf model and print their "
                     "cosine similarity matrix.")
-    parser.add_argument("--model", required=True, help="folder written by cmlm_tf.export")
+    parser.add_argument("--model", required=True,
+                        type=cli.existing_path, help="folder written by cmlm_tf.export")
     parser.add_argument("sentences", nargs="+")
     return parser
 

@@ -25,11 +25,12 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
         description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels, "
                     "a TF Serving model and, with --tflite, TFLite models.")
     parser.add_argument("--export_dir", required=True, help="folder to write")
-    parser.add_argument("--model_dir", help="training run or convert_hf_bert output folder")
+    parser.add_argument("--model_dir", type=cli.existing_path,
+                        help="training run or convert_hf_bert output folder")
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: the latest)")
     parser.add_argument("--encoder_key", default="encoder",
                         help="checkpoint item holding the encoder (e.g. target_encoder)")
-    parser.add_argument("--hf_dir", "--import_dir", dest="hf_dir",
+    parser.add_argument("--hf_dir", "--import_dir", dest="hf_dir", type=cli.existing_path,
                         help="model to import and export: a Hugging Face / "
                              "sentence-transformers folder, a TF Hub BERT encoder or a BERT "
                              "checkpoint folder (cmlm_tf.import_model)")

@@ -184,7 +184,8 @@ def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypat
 
 def test_exporter_argument_errors_come_before_tensorflow():
     code = ("import sys\nfrom cmlm_tf.export import cli\n"
-            "try:\n    cli.main(['--export_dir', 'out', '--model_dir', 'a', '--hf_dir', 'b'])\n"
+            "try:\n    cli.main(['--export_dir', 'out', '--model_dir', 'configs', '--hf_dir', "
+            "'docs'])\n"
             "except SystemExit as e:\n    print(e.code, 'tensorflow' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=cli_env(), cwd=REPO_DIR, timeout=120)
@@ -327,3 +328,36 @@ def test_zero_learning_rate_guard_ends_with_the_override_that_fixes_it(override,
     # Pasting it (after the other overrides) lets the run train.
     fixed = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], f"{override},{fix}")
     train.check_learning_rate(fixed, start_step)
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["cmlm_tf.export", "--model_dir={tmp}/runs/cmlm_tny", "--export_dir={tmp}/out"],
+     "--model_dir"),
+    (["cmlm_tf.export", "--hf_dir={tmp}/runs/cmlm_tny", "--export_dir={tmp}/out"],
+     "--hf_dir/--import_dir"),
+    (["cmlm_tf.similarity", "--model={tmp}/exports/cmlm_tny", "a", "b"], "--model"),
+    (["cmlm_tf.mine", "--model={tmp}/exports/cmlm_tny", "--src=a", "--tgt=b", "--output=c"],
+     "--model"),
+    (["cmlm_tf.embed_corpus", "--model={tmp}/exports/cmlm_tny", "--input=a", "--output=c"],
+     "--model"),
+    (["cmlm_tf.evaluate", "sts", "--model={tmp}/exports/cmlm_tny", "--data=d"], "--model"),
+], ids=["export_model_dir", "export_hf_dir", "similarity", "mine", "embed_corpus", "evaluate"])
+def test_a_misspelled_input_folder_gets_the_sibling_before_tensorflow(tmp_path, argv, flag):
+    """One line naming the close sibling, exit 2, and TensorFlow never imported (Python's
+    import log of the run has no `tensorflow`)."""
+    (tmp_path / "runs" / "cmlm_tiny").mkdir(parents=True)
+    (tmp_path / "exports" / "cmlm_tiny").mkdir(parents=True)
+    argv = [part.format(tmp=tmp_path) for part in argv]
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", *argv],
+                            capture_output=True, text=True, env=cli_env(), cwd=REPO_DIR,
+                            timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "tensorflow" not in imported
+    messages = [line for line in result.stderr.splitlines()
+                if not line.startswith("import time:")]
+    typo = argv[1 + (argv[0] == "cmlm_tf.evaluate")].split("=", 1)[1]
+    sibling = typo.replace("cmlm_tny", "cmlm_tiny")
+    assert messages[-1].endswith(f"error: argument {flag}: {typo}: not found; did you mean "
+                                 f"{sibling}?"), messages[-1]

@@ -49,7 +49,7 @@ def test_argument_errors_are_one_line_before_tensorflow_or_beam(tmp_path, tiny_e
     (tmp_path / "out").mkdir()
     args = {"--model": tiny_export, "--input": tmp_path / "*.txt", "--output": tmp_path / "new"}
     expected = {
-        "no_model": ("--model", tmp_path / "missing", "--model .*/missing: no such folder"),
+        "no_model": ("--model", tmp_path / "missing", "argument --model: .*/missing: not found"),
         "no_match": ("--input", tmp_path / "*.tsv", r"--input .*\*\.tsv: no file matches"),
         "output_exists": ("--output", tmp_path / "out",
                           "out: already exists; pass --overwrite to replace it"),

@@ -297,4 +297,4 @@ def test_command_line_exit_codes_in_a_fresh_process(tmp_path, tiny_export):
         cwd=REPO_DIR, capture_output=True, text=True, env=env, timeout=120)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path / 'nothing'}: export directory not found")
+        f"python -m cmlm_tf.mine: error: argument --model: {tmp_path / 'nothing'}: not found")

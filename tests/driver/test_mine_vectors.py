@@ -78,7 +78,7 @@ def test_vectors_mine_the_pairs_the_model_mines(capsys, corpus, tiny_export):
 
 @pytest.mark.parametrize("argv,message", [
     (["--src", "{dir}/tgt.txt"], r"--src .*tgt.txt does not name .*src.txt"),
-    (["--model", "{dir}/x"], "--model and --src_vectors/--tgt_vectors are exclusive"),
+    (["--model", "{dir}/src_emb"], "--model and --src_vectors/--tgt_vectors are exclusive"),
     (["--work_dir", "{dir}/w"], "--work_dir applies to a Beam run"),
     (["--probes", "0"], "--probes must be positive, got 0"),
     (["--index", "exact", "--candidates", "8"], "--candidates applies to --index ann"),
