@@ -68,23 +68,24 @@ class ArgumentParser(argparse.ArgumentParser):
         return f"{flag}: not recognised (see --help)"
 
 
-def existing_path(path: str) -> str:
-    """argparse `type` of an input folder or file (`--model`, `--model_dir`, `--hf_dir`): a
-    local path that does not exist is refused as the arguments are parsed, before TensorFlow
-    is imported, with a close sibling when there is one ("runs/cmlm_tny: not found; did you
-    mean runs/cmlm_tiny?"). Remote paths (`gs://...`) are left to the reader."""
-    if "://" in path or os.path.exists(path):
-        return path
-    parent, name = os.path.split(os.path.normpath(path))
-    try:
-        siblings = os.listdir(parent or ".")
-    except OSError:
-        siblings = []
-    from cmlm_tf.names import closest
+def check_input_paths(parser: argparse.ArgumentParser, paths: dict) -> None:
+    """Refuses, as an argument error, each local input folder or file of `paths` ({flag as
+    shown: value or None}) that does not exist, with a close sibling when there is one
+    ("runs/cmlm_tny: not found; did you mean runs/cmlm_tiny?"). Called right after parsing,
+    before TensorFlow is imported. Remote paths (`gs://...`) are left to the reader."""
+    for flag, path in paths.items():
+        if path is None or "://" in path or os.path.exists(path):
+            continue
+        parent, name = os.path.split(os.path.normpath(path))
+        try:
+            siblings = os.listdir(parent or ".")
+        except OSError:
+            siblings = []
+        from cmlm_tf.names import closest
 
-    close = [os.path.join(parent, sibling) for sibling in closest(name, siblings)]
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    raise argparse.ArgumentTypeError(f"{path}: not found{hint}")
+        close = [os.path.join(parent, sibling) for sibling in closest(name, siblings)]
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        parser.error(f"argument {flag}: {path}: not found{hint}")
 
 
 def _flags_of(parser: argparse.ArgumentParser) -> list:

@@ -43,8 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Embed a text corpus into Parquet shards with an Apache Beam pipeline. "
                     "Flags not listed here are Beam pipeline options (--runner, "
                     "--direct_num_workers, ...).")
-    parser.add_argument("--model", required=True,
-                        type=cli.existing_path, help="export folder (python -m cmlm_tf.export)")
+    parser.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
     parser.add_argument("--input", required=True, action="append",
                         help="file glob, one sentence per line; repeat for more globs")
     parser.add_argument("--output", required=True,
@@ -133,6 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     parser = build_parser()
     args, beam_args = options.split_arguments(parser, argv)
+    cli.check_input_paths(parser, {"--model": args.model})
     cli.quiet_tensorflow_logs()
     return cli.run_main(lambda: run(args, beam_args))
 

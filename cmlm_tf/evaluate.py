@@ -32,8 +32,7 @@ PCR_TASKS = ("retrieval", "mining", "bias")
 
 def _common_parser() -> argparse.ArgumentParser:
     common = cli.ArgumentParser(add_help=False)
-    common.add_argument("--model", required=True,
-                        type=cli.existing_path, help="export folder (python -m cmlm_tf.export)")
+    common.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
     common.add_argument("--output", help="write the report as JSON to this file")
     common.add_argument("--batch_size", type=int, default=64, help="encode batch size")
     return common
@@ -291,7 +290,9 @@ def write_report(report: Dict[str, object], path: str) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cli.check_input_paths(parser, {"--model": args.model})
     cli.quiet_tensorflow_logs()
 
     def body():

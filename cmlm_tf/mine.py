@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Mine 1-to-1 translation pairs from two text files (margin scoring). "
                     "Options the command does not know are Apache Beam pipeline options: "
                     "with them, the k-NN search runs as a Beam pipeline.")
-    parser.add_argument("--model", type=cli.existing_path,
+    parser.add_argument("--model",
                         help="export folder (python -m cmlm_tf.export); not needed with "
                              "--src_vectors/--tgt_vectors")
     parser.add_argument("--src", required=True, help="source sentences, one per line")
@@ -405,6 +405,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     parser = build_parser()
     args, beam_args = options.split_arguments(parser, argv)
+    cli.check_input_paths(parser, {"--model": args.model})
     cli.quiet_tensorflow_logs()
 
     def body():

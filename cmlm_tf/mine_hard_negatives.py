@@ -34,8 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(
         prog="python -m cmlm_tf.mine_hard_negatives",
         description="Add k hard negatives to each source<TAB>target pair.")
-    parser.add_argument("--model", required=True,
-                        type=cli.existing_path, help="export folder (python -m cmlm_tf.export)")
+    parser.add_argument("--model", required=True, help="export folder (python -m cmlm_tf.export)")
     parser.add_argument("--pairs", required=True, help="source<TAB>target per line")
     parser.add_argument("--output", required=True,
                         help="source<TAB>target<TAB>neg1...negk per line")
@@ -165,7 +164,9 @@ def write_negatives(path: str, sources: Sequence[str], targets: Sequence[str],
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cli.check_input_paths(parser, {"--model": args.model})
     cli.quiet_tensorflow_logs()
 
     def body():

@@ -13,14 +13,15 @@ def build_parser():
         prog="python -m cmlm_tf.similarity",
         description="Encode sentences with an exported cmlm_tf model and print their "
                     "cosine similarity matrix.")
-    parser.add_argument("--model", required=True,
-                        type=cli.existing_path, help="folder written by cmlm_tf.export")
+    parser.add_argument("--model", required=True, help="folder written by cmlm_tf.export")
     parser.add_argument("sentences", nargs="+")
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cli.check_input_paths(parser, {"--model": args.model})
     cli.quiet_tensorflow_logs()
     return cli.run_main(lambda: _print_similarities(args))
 

@@ -25,12 +25,12 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
         description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels, "
                     "a TF Serving model and, with --tflite, TFLite models.")
     parser.add_argument("--export_dir", required=True, help="folder to write")
-    parser.add_argument("--model_dir", type=cli.existing_path,
+    parser.add_argument("--model_dir",
                         help="training run or convert_hf_bert output folder")
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: the latest)")
     parser.add_argument("--encoder_key", default="encoder",
                         help="checkpoint item holding the encoder (e.g. target_encoder)")
-    parser.add_argument("--hf_dir", "--import_dir", dest="hf_dir", type=cli.existing_path,
+    parser.add_argument("--hf_dir", "--import_dir", dest="hf_dir",
                         help="model to import and export: a Hugging Face / "
                              "sentence-transformers folder, a TF Hub BERT encoder or a BERT "
                              "checkpoint folder (cmlm_tf.import_model)")
@@ -51,10 +51,12 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
     args = parser.parse_args(argv)
     if bool(args.model_dir) == bool(args.hf_dir):
         parser.error("pass exactly one of --model_dir and --hf_dir")
-    if args.seq_length is not None and args.seq_length < 3:
-        parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
     from cmlm_tf import cli
 
+    cli.check_input_paths(parser, {"--model_dir": args.model_dir,
+                                   "--hf_dir/--import_dir": args.hf_dir})
+    if args.seq_length is not None and args.seq_length < 3:
+        parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
     cli.quiet_tensorflow_logs()
 
     def body():
