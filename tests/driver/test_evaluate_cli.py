@@ -288,13 +288,13 @@ def test_bad_input_is_a_one_line_error_with_exit_code_2(capsys, tmp_path, tiny_e
 def test_command_line_exit_codes_in_a_fresh_process(tmp_path, tiny_export):
     env = dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
     usage = subprocess.run([sys.executable, "-m", "cmlm_tf.evaluate", "--help"], cwd=REPO_DIR,
-                           capture_output=True, text=True, env=env, timeout=120)
+                           capture_output=True, text=True, env=env, timeout=3600)
     assert usage.returncode == 0 and "sts" in usage.stdout and "mining" in usage.stdout
     missing = subprocess.run(
         [sys.executable, "-m", "cmlm_tf.mine", "--model", str(tmp_path / "nothing"), "--src",
          _write(tmp_path / "a.txt", ["x"]), "--tgt", str(tmp_path / "a.txt"), "--output",
          str(tmp_path / "out.tsv")],
-        cwd=REPO_DIR, capture_output=True, text=True, env=env, timeout=120)
+        cwd=REPO_DIR, capture_output=True, text=True, env=env, timeout=3600)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1] == (
         f"python -m cmlm_tf.mine: error: argument --model: {tmp_path / 'nothing'}: not found")

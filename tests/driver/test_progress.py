@@ -157,7 +157,7 @@ def test_stage_lines_from_the_real_timer(capsys):
     stage = cli.Stages("export", after=0.01, every=3600.0)
     stage("converting to TFLite")
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 3600  # a safety net
         err = ""
         while "converting to TFLite" not in err and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -179,7 +179,7 @@ def test_driver_heartbeat_inside_one_long_loop(tmp_path):
          f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=120,"
          "trainer.steps_per_loop=120,trainer.summary_interval=120,"
          "trainer.checkpoint_interval=120"],
-        capture_output=True, text=True, env=env, cwd=REPO_DIR, timeout=600)
+        capture_output=True, text=True, env=env, cwd=REPO_DIR, timeout=3600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "\r" not in result.stderr
     lines = result.stderr.splitlines()
