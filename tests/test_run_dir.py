@@ -181,12 +181,12 @@ def test_ctrl_c_saves_the_step_reached_and_the_rerun_resumes_there(tmp_path):
     seen = []
     try:
         while True:
-            line = lines.get(timeout=300)
+            line = lines.get(timeout=3600)
             seen.append(line)
             if re.search(r"progress: step ([3-9]|\d\d+)/", line):
                 break  # past the compiling first step
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=300) == 130, "".join(seen[-20:])
+        assert process.wait(timeout=3600) == 130, "".join(seen[-20:])
     finally:
         if process.poll() is None:
             process.kill()
@@ -233,10 +233,10 @@ def test_the_end_of_training_does_not_wait_for_the_input_to_close():
     runner = types.SimpleNamespace(trainer=types.SimpleNamespace(_train_iter=SlowIterator()))
     release = runner_lib.Runner._close_train_input(runner)
     assert runner.trainer._train_iter is None
-    assert started.wait(timeout=60)
+    assert started.wait(timeout=3600)
     assert not finished.is_set(), "the driver waited for the input to close"
     proceed.set()
-    release.join(timeout=60)
+    release.join(timeout=3600)
     assert finished.is_set()
 
 
@@ -326,7 +326,7 @@ def test_export_of_a_corrupt_checkpoint_names_the_file(tmp_path, tiny_run_dir, m
     model_dir, export_dir = ("run", "out") if relative else (str(run), str(tmp_path / "out"))
     result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", f"--model_dir={model_dir}",
                              f"--export_dir={export_dir}"], capture_output=True,
-                            text=True, env=cli_env(), cwd=tmp_path, timeout=300)
+                            text=True, env=cli_env(), cwd=tmp_path, timeout=3600)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, lines
     assert data.name.split(".data")[0] in lines[0] and "cannot be read" in lines[0]

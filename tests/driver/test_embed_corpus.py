@@ -17,7 +17,7 @@ def _command(*args, importtime=False):
     python = [sys.executable] + (["-X", "importtime"] if importtime else [])
     return subprocess.run(python + ["-m", "cmlm_tf.embed_corpus", *map(str, args)],
                           capture_output=True, text=True, env=cli_env(), cwd=REPO_DIR,
-                          timeout=300)
+                          timeout=3600)
 
 
 def test_the_command_embeds_a_corpus_and_prints_the_summary(tmp_path, tiny_export):

@@ -21,7 +21,7 @@ SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !"]
 def _run_python(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, timeout=300)
+                          text=True, env=env, timeout=3600)
 
 
 @pytest.fixture(params=["wordpiece", "sentencepiece"])

@@ -26,7 +26,7 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
                    if key != "TF_USE_LEGACY_KERAS"}
     environment.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2", **env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=environment, timeout=300)
+                          text=True, env=environment, timeout=3600)
 
 
 def random_ids(vocab_size, batch=3, seq=9, seed=0):

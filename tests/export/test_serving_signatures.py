@@ -123,7 +123,7 @@ def run_cases(saved_model_dir, cases: dict) -> dict:
     while left:
         child = subprocess.run([sys.executable, "-c", CHILD, str(saved_model_dir),
                                 json.dumps(left)], capture_output=True, text=True,
-                               env=subprocess_env(), timeout=300)
+                               env=subprocess_env(), timeout=3600)
         for line in child.stdout.splitlines():
             if line.startswith("{"):
                 results.update(json.loads(line))
