@@ -401,7 +401,7 @@ def test_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name, e
          "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=0.0001,"
          "trainer.optimizer_config.warmup.linear.warmup_steps=1"
          + (",task.moco.queue_size=32" if experiment == "moco" else "")],
-        cwd=REPO_DIR, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+        cwd=REPO_DIR, env=subprocess_env(), capture_output=True, text=True, timeout=3600)
     assert result.returncode == 0, result.stderr[-3000:]
     export_lib.export(str(tmp_path / "export"), model_dir=str(run_dir))
     model = cmlm_tf.load(str(tmp_path / "export"))

@@ -9,7 +9,7 @@ import zipfile
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES
 
 
-def _run(command, cwd, env, timeout=600):
+def _run(command, cwd, env, timeout=3600):
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                             timeout=timeout)
     assert result.returncode == 0, (command, result.stdout[-1500:], result.stderr[-3000:])

@@ -25,7 +25,7 @@ def _train(model_dir, override, cwd=REPO_DIR):
     return subprocess.run(TRAIN + [f"--model_dir={model_dir}",
                                    f"--params_override={TINY_CMLM_OVERRIDES},{override}"],
                           capture_output=True, text=True, env=cli_env(), cwd=cwd,
-                          timeout=600)
+                          timeout=3600)
 
 
 def _error_line(result):
@@ -84,7 +84,7 @@ def test_an_evaluation_of_fewer_examples_than_one_batch_is_refused(tmp_path):
         [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/bitext",
          "--config_file=bitext_tiny", "--mode=eval", f"--model_dir={tmp_path / 'run'}",
          f"--params_override=task.validation_data.input_path={pairs}"],
-        capture_output=True, text=True, env=cli_env(), cwd=REPO_DIR, timeout=600)
+        capture_output=True, text=True, env=cli_env(), cwd=REPO_DIR, timeout=3600)
     line = _error_line(result)
     assert line.startswith(f"error: task.validation_data.input_path {pairs}: no batch of "
                            "task.validation_data.global_batch_size=32 examples"), line

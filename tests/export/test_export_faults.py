@@ -132,7 +132,7 @@ def test_overwrite_killed_at_each_rename_loses_nothing(tmp_path, tiny_run_dir, t
         exports.mkdir()
         _old_export(tiny_export, out)
         process, _ = _export_process(tmp_path, kill_at)
-        _, err = process.communicate(timeout=600)
+        _, err = process.communicate(timeout=3600)
         assert process.returncode == 137, err[-2000:]
         # Killed: a complete OUT, or the old export restorable from OUT.old-*/export.
         if out.exists():
@@ -172,7 +172,7 @@ def test_two_exports_to_one_folder_at_once(tmp_path, tiny_run_dir, tiny_export, 
         assert time.time() < deadline
         time.sleep(0.2)
     export_lib.export("exports/out", model_dir="run", overwrite=True)
-    _, err = other.communicate(timeout=600)
+    _, err = other.communicate(timeout=3600)
     assert other.returncode == 0, err[-2000:]  # --overwrite: both win, one after the other
     assert _complete(out) and not (out / "old.txt").exists()
     assert sorted(os.listdir(exports)) == ["out"]

@@ -291,7 +291,7 @@ def tiny_tflite_export(tmp_path_factory, tiny_run_dir):
     export_dir = tmp_path_factory.mktemp("tflite") / "tiny"
     result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", "--model_dir",
                              str(tiny_run_dir), "--export_dir", str(export_dir), "--tflite"],
-                            capture_output=True, text=True, env=cli_env(), timeout=600)
+                            capture_output=True, text=True, env=cli_env(), timeout=3600)
     assert result.returncode == 0, result.stderr[-2000:]
     (export_dir.parent / "export.stderr").write_text(result.stderr, encoding="utf-8")
     return export_dir
