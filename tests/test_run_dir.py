@@ -29,7 +29,7 @@ def _command(model_dir, steps, interval=10):
 
 def _run(command, cwd=REPO_DIR):
     return subprocess.run(command, capture_output=True, text=True, env=cli_env(),
-                          cwd=cwd, timeout=600)
+                          cwd=cwd, timeout=3600)
 
 
 def _wait_for(predicate, process, seconds=240):
