@@ -203,6 +203,24 @@ def rescore(queries: np.ndarray, keys: np.ndarray, candidate_ids: np.ndarray,
     return np.take_along_axis(scores, order, 1), best_ids
 
 
+def rescore_shortlists(queries: np.ndarray, keys: np.ndarray, ids: np.ndarray, k: int,
+                       block_rows: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+    """`rescore` of every query's shortlist `ids` (int64 [n, c]; -1 or ids past the keys:
+    empty), in blocks of `block_rows` queries so the gathered keys of a block stay in cache.
+    A query left with fewer than k distinct keys is searched exactly (`knn.top_k`)."""
+    ids = np.where(ids < keys.shape[0], ids, -1)
+    scores = np.empty([queries.shape[0], k], np.result_type(queries.dtype, keys.dtype))
+    indices = np.empty([queries.shape[0], k], np.int64)
+    for start in range(0, queries.shape[0], block_rows):
+        stop = start + block_rows
+        scores[start:stop], indices[start:stop] = rescore(
+            queries[start:stop], keys, ids[start:stop], k)
+    short = np.flatnonzero(indices[:, -1] < 0)
+    if short.size:
+        scores[short], indices[short] = knn.top_k(queries[short], keys, k)
+    return scores, indices
+
+
 def top_k(queries: np.ndarray, keys: np.ndarray, k: int, index: Optional[Index] = None,
           candidates: int = DEFAULT_CANDIDATES, probes: int = DEFAULT_PROBES,
           backend: str = "faiss", block_rows: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
@@ -232,18 +250,10 @@ def top_k(queries: np.ndarray, keys: np.ndarray, k: int, index: Optional[Index] 
     if (index.num_keys, index.dim) != keys.shape:
         raise ValueError(f"the index covers {index.num_keys} keys of width {index.dim}, "
                          f"the keys are {keys.shape}")
-    dtype = np.result_type(queries.dtype, keys.dtype)
-    scores = np.empty([queries.shape[0], k], dtype)
-    indices = np.empty([queries.shape[0], k], np.int64)
-    for start in range(0, queries.shape[0], block_rows):
-        block = queries[start:start + block_rows]
-        ids = index.candidates(block, max(k, candidates), probes)
-        scores[start:start + len(block)], indices[start:start + len(block)] = \
-            rescore(block, keys, ids, k)
-    short = np.flatnonzero(indices[:, -1] < 0)
-    if short.size:  # the index proposed fewer than k keys: search those rows exactly
-        scores[short], indices[short] = knn.top_k(queries[short], keys, k)
-    return scores, indices
+    ids = np.concatenate([index.candidates(queries[start:start + block_rows],
+                                           max(k, candidates), probes)
+                          for start in range(0, queries.shape[0], block_rows)])
+    return rescore_shortlists(queries, keys, ids, k, block_rows)
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:

@@ -109,8 +109,7 @@ class _Blocks:
         chunked = tf.reshape(scores, [rows, -1, CHUNK])
         values = tf.reshape(tf.gather(chunked, chunks, axis=1, batch_dims=1),
                             [rows, CHUNKS * CHUNK])
-        ids = tf.reshape(chunks[:, :, None] * CHUNK + tf.range(CHUNK)[None, None, :],
-                         [rows, CHUNKS * CHUNK])
+        ids = _chunk_members(tf, chunks)
         # The last chunk's padding keys are never proposed.
         values = tf.where(ids < self.num_keys, tf.cast(values, tf.float32), -np.inf)
         _, best = tf.math.top_k(values, self.shortlist)
@@ -127,8 +126,7 @@ class _Blocks:
         forward = self._row_shortlist(scores, row_maxima)
         columns = tf.shape(scores)[1]
         _, chunks = tf.math.top_k(tf.transpose(column_maxima), CHUNKS)  # [m, CHUNKS]
-        rows = tf.reshape(chunks[:, :, None] * CHUNK + tf.range(CHUNK)[None, None, :],
-                          [columns, CHUNKS * CHUNK])
+        rows = _chunk_members(tf, chunks)
         cols = tf.broadcast_to(tf.range(columns)[:, None], [columns, CHUNKS * CHUNK])
         values = tf.cast(tf.gather_nd(scores, tf.stack([rows, cols], -1)), tf.float32)
         values = tf.where(rows < valid_rows, values, -np.inf)  # padding queries
@@ -136,6 +134,12 @@ class _Blocks:
         merged_ids = tf.concat([column_ids, rows + offset], 1)
         best_values, best = tf.math.top_k(merged_values, self.shortlist)
         return forward, best_values, tf.gather(merged_ids, best, batch_dims=1)
+
+
+def _chunk_members(tf, chunks):
+    """[r, CHUNKS] chunk numbers -> [r, CHUNKS * CHUNK] the indices they cover."""
+    members = chunks[:, :, None] * CHUNK + tf.range(CHUNK)[None, None, :]
+    return tf.reshape(members, [tf.shape(chunks)[0], CHUNKS * CHUNK])
 
 
 def _rows_maxima(scores):
@@ -147,26 +151,8 @@ def _rows_maxima(scores):
 def _both_maxima(scores):
     import tensorflow as tf
 
-    return (tf.reduce_max(tf.reshape(scores, [tf.shape(scores)[0], -1, CHUNK]), -1),
+    return (_rows_maxima(scores),
             tf.reduce_max(tf.reshape(scores, [-1, CHUNK, tf.shape(scores)[1]]), 1))
-
-
-def _rescore(queries: np.ndarray, keys: np.ndarray, ids: np.ndarray, k: int,
-             block_rows: int = 4096) -> Neighbours:
-    """`ann.rescore` of the shortlists `ids` (padding ids dropped) in blocks of queries, so
-    the gathered keys of one block stay in cache; a query left with fewer than k keys is
-    searched exactly."""
-    ids = np.where(ids < keys.shape[0], ids, -1)
-    scores = np.empty([queries.shape[0], k], np.result_type(queries.dtype, keys.dtype))
-    indices = np.empty([queries.shape[0], k], np.int64)
-    for start in range(0, queries.shape[0], block_rows):
-        stop = start + block_rows
-        scores[start:stop], indices[start:stop] = ann.rescore(
-            queries[start:stop], keys, ids[start:stop], k)
-    short = np.flatnonzero(indices[:, -1] < 0)
-    if short.size:
-        scores[short], indices[short] = knn.top_k(queries[short], keys, k)
-    return scores, indices
 
 
 class FlatIndex:
@@ -177,6 +163,8 @@ class FlatIndex:
                  block_bytes: int = DEFAULT_BLOCK_BYTES):
         self.keys = np.asarray(keys, np.float32)
         self.k = k
+        if not 1 <= k <= self.keys.shape[0]:
+            raise ValueError(f"k must be between 1 and {self.keys.shape[0]}, got {k}")
         self.exact = k > MAX_K
         if self.exact:
             return
@@ -199,7 +187,7 @@ class FlatIndex:
                 :len(block)]
             if report is not None:
                 report(start + len(block), queries.shape[0])
-        return _rescore(queries, self.keys, ids, self.k)
+        return ann.rescore_shortlists(queries, self.keys, ids, self.k)
 
 
 def top_k(queries: np.ndarray, keys: np.ndarray, k: int, precision: str = "auto",
@@ -218,8 +206,6 @@ def top_k(queries: np.ndarray, keys: np.ndarray, k: int, precision: str = "auto"
         scores [n, k] (exact, float32), indices int64 [n, k], each row by descending score,
         ties by ascending key index.
     """
-    keys = np.asarray(keys, np.float32)
-    _check(np.asarray(queries), keys, k)
     return FlatIndex(keys, k, precision, block_bytes).search(queries, report)
 
 
@@ -256,4 +242,5 @@ def top_k_both(src: np.ndarray, tgt: np.ndarray, k: int, precision: str = "auto"
             done = start + len(block)
             report(done + done * num_tgt // num_src, num_src + num_tgt)
     backward = column_ids.numpy()[:num_tgt].astype(np.int64)
-    return _rescore(src, tgt, forward, k), _rescore(tgt, src, backward, k)
+    return (ann.rescore_shortlists(src, tgt, forward, k),
+            ann.rescore_shortlists(tgt, src, backward, k))
