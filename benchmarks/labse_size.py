@@ -55,7 +55,7 @@ def main():
     output = pathlib.Path(args.output)
     shutil.rmtree(output, ignore_errors=True)
 
-    from cmlm_tf import configs, convert_hf_bert, inference
+    from cmlm_tf import configs, import_folder, inference
     from cmlm_tf.export import export_lib
     from cmlm_tf.modeling import sentence_encoder
 
@@ -74,9 +74,9 @@ def main():
     parameters = sum(int(v.shape.num_elements()) for v in encoder.weights)
     meta = {"encoder": fields, "tokenizer_type": "wordpiece", "lower_case": False,
             "max_seq_length": 128, "position_offset": 0}
-    convert_hf_bert.write_converted(encoder, meta, vocab, str(output / "converted"),
-                                    {"source_dir": "labse_size (random weights)",
-                                     "family": "random"})
+    import_folder.write(encoder, meta, vocab, str(output / "converted"),
+                        {"source_dir": "labse_size (random weights)", "family": "random"},
+                        overwrite=True)
     del encoder
     times["build and write the converted folder"] = time.perf_counter() - start
     start = time.perf_counter()

@@ -9,6 +9,11 @@ from cmlm_tf.cli import quiet_tensorflow_logs as _quiet_tensorflow_logs  # noqa:
 
 _quiet_tensorflow_logs()
 
+# TF-Text's ops, which the exports' tokenizers use, are registered once TensorFlow loads.
+from cmlm_tf.text_ops import register_with_tensorflow as _register_text_ops  # noqa: E402
+
+_register_text_ops()
+
 
 def load(export_dir: str, **kwargs):
     """Loads an export of `python -m cmlm_tf.export`; see `cmlm_tf.inference.load`

@@ -12,6 +12,7 @@ recipes in `configs/` override their fields.
 """
 
 import dataclasses
+import os
 from typing import List, Optional
 
 from official.core import config_definitions as cfg
@@ -301,13 +302,21 @@ def load_experiment_config(
     installed package, and makes learning-rate decays of 0 steps follow
     `trainer.train_steps` (`follow_train_steps`).
 
-    YAML is read with the safe loader. An unknown key, a wrong type or an unreadable file
-    raises ValueError (FileNotFoundError for a missing one) naming it.
+    A relative `task.init_checkpoint`, `vocab_file` or `sp_model_file` that names a file
+    beside the YAML file is read from there (an import folder's `warm_start.yaml`, moved or
+    not), and an import folder is checked (`import_folder.check`). YAML is read with the
+    safe loader. An unknown key, a wrong type or an unreadable file raises ValueError
+    (FileNotFoundError for a missing one) naming it.
     """
+    from cmlm_tf import import_folder
+
     params = base if base is not None else SentenceExperimentConfig()
     for name in config_files or []:
         path = resolve_recipe(name)
-        mapping = read_yaml_mapping(path)
+        folder = os.path.dirname(path)
+        mapping = import_folder.resolve_relative(read_yaml_mapping(path), folder)
+        if os.path.basename(path) == import_folder.WARM_START_FILE:
+            import_folder.check(folder, mapping)
         try:
             params.override(mapping, is_strict=True)
         except (KeyError, TypeError, AttributeError) as e:

@@ -1,6 +1,6 @@
 r"""Converts a Hugging Face BERT or XLM-RoBERTa folder into a cmlm_tf encoder checkpoint.
 
-    python -m cmlm_tf.convert_hf_bert --hf_dir DIR --output_dir OUT
+    python -m cmlm_tf.convert_hf_bert --hf_dir DIR --output_dir OUT [--overwrite]
 
 Reads `config.json` (`model_type` bert or xlm-roberta), `model.safetensors`, the tokenizer
 and, when present, the sentence-transformers
@@ -21,8 +21,8 @@ the encoder's positions start at 0 as BERT's do. Writes to OUT:
   `Dense` module as the encoder's projection;
 - `vocab.txt`, or `sentencepiece.bpe.model`;
 - `warm_start.yaml`: sets `task.model.encoder`, `task.model.tokenizer` and
-  `task.init_checkpoint` (absolute paths), to pass as the first `--config_file` of any
-  experiment;
+  `task.init_checkpoint` (paths relative to OUT), to pass as the first `--config_file` of
+  any experiment;
 - `source.json`: where the weights came from and the folder's `max_seq_length`.
 
 Casing comes from `tokenizer_config.json` (`do_lower_case`; else `tokenizer.json`'s
@@ -39,11 +39,10 @@ from typing import Dict, Optional
 
 import numpy as np
 
-SOURCE_FILE = "source.json"
-SP_MODEL_FILE = "sentencepiece.bpe.model"
+from cmlm_tf import import_folder
+
 MODEL_TYPES = ("bert", "xlm-roberta")
-WARM_START_FILE = "warm_start.yaml"
-CHECKPOINT_NAME = "encoder"
+SP_MODEL_FILE = import_folder.SP_MODEL_FILE  # XLM-R's name, kept in the import folder too
 
 # Tensors a sentence encoder never uses; anything else unknown is an error.
 _IGNORED = (re.compile(r"^embeddings\.position_ids$"), re.compile(r"^pooler\.dense\."))
@@ -69,7 +68,7 @@ def _read_json(path: str, required: bool = False, kind: type = dict) -> Optional
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: cannot read JSON ({e})") from None
     if not isinstance(value, kind):
         expected = "object" if kind is dict else "list"
@@ -252,6 +251,9 @@ def read_hf_metadata(hf_dir: str) -> dict:
     is_xlmr = str(tokenizer_config.get("tokenizer_class", "")).startswith("XLMRoberta") or (
         (tokenizer_json.get("model") or {}).get("type") == "Unigram")
     lower_case = tokenizer_config.get("do_lower_case")
+    if lower_case is not None and not isinstance(lower_case, bool):
+        raise ValueError(f"{tokenizer_path}: do_lower_case: expected true or false, got "
+                         f"{lower_case!r}")
     if lower_case is None:
         lower_case = False if is_xlmr else (
             tokenizer_json.get("normalizer") or {}).get("lowercase", True)
@@ -397,21 +399,6 @@ def _variable_key(variable) -> str:
     return re.sub(r"^(.*/)?bert/", "", name, count=1)
 
 
-def warm_start_config(meta: dict, prefix: str, tokenizer_file: str) -> dict:
-    """`warm_start.yaml`'s content: the encoder and tokenizer of `read_hf_metadata`'s `meta`,
-    the encoder checkpoint `prefix` and the vocabulary or SentencePiece model
-    `tokenizer_file`."""
-    from cmlm_tf import configs
-
-    files = {"sp_model_file" if meta["tokenizer_type"] == "xlmr_sentencepiece"
-             else "vocab_file": tokenizer_file}
-    model = configs.SentenceModelConfig(
-        encoder=configs.EncoderConfig(**meta["encoder"]),
-        tokenizer=configs.TokenizerConfig(type=meta["tokenizer_type"],
-                                          lower_case=meta["lower_case"], **files))
-    return {"task": {"init_checkpoint": os.path.abspath(prefix), "model": model.as_dict()}}
-
-
 def assign_bert_weights(encoder, mapped: Dict[str, np.ndarray], source: str) -> None:
     """Loads {BertEncoderV2 weight path: value} into `encoder.bert`; every weight but BERT's
     unused tanh pooler must be there, with its shape."""
@@ -454,8 +441,10 @@ def _assign_dense(projection, dense: dict) -> None:
     _assign(projection.bias, bias, dense["weights"], "linear.bias")
 
 
-def convert(hf_dir: str, output_dir: str) -> str:
-    """Converts `hf_dir` into `output_dir`; returns the path of `warm_start.yaml`."""
+def convert(hf_dir: str, output_dir: str, overwrite: bool = False) -> str:
+    """Converts `hf_dir` into the import folder `output_dir` (`cmlm_tf.import_folder`; an
+    existing one is replaced only with `overwrite`); returns the path of `warm_start.yaml`."""
+    output_dir = import_folder.check_output(output_dir, overwrite)  # before the slow part
     import tensorflow as tf  # noqa: F401  (imported late so --help stays fast)
 
     from cmlm_tf import configs
@@ -492,37 +481,9 @@ def convert(hf_dir: str, output_dir: str) -> str:
         _assign_dense(encoder.projection, meta["dense"])
 
     tokenizer_file = sp_model if meta["tokenizer_type"] == "xlmr_sentencepiece" else vocab
-    return write_converted(encoder, meta, tokenizer_file, output_dir,
-                           {"source_dir": os.path.abspath(hf_dir), "family": "hugging_face"})
-
-
-def write_converted(encoder, meta: dict, tokenizer, output_dir: str, source: dict) -> str:
-    """Writes a converted `encoder` to `output_dir`: the checkpoint, the tokenizer (`tokenizer`
-    is the WordPiece vocabulary as a list, or the path of XLM-R's SentencePiece model),
-    `warm_start.yaml` and `source.json` (`source` plus `max_seq_length`). Returns the path
-    of `warm_start.yaml`."""
-    import shutil
-
-    import yaml
-
-    from cmlm_tf.modeling import sentence_encoder
-
-    output_dir = os.path.abspath(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    prefix = sentence_encoder.write_encoder_checkpoint(encoder, output_dir, CHECKPOINT_NAME)
-    if meta["tokenizer_type"] == "xlmr_sentencepiece":
-        tokenizer_out = os.path.join(output_dir, SP_MODEL_FILE)
-        shutil.copyfile(tokenizer, tokenizer_out)
-    else:
-        tokenizer_out = os.path.join(output_dir, "vocab.txt")
-        with open(tokenizer_out, "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in tokenizer))
-    warm_start_path = os.path.join(output_dir, WARM_START_FILE)
-    with open(warm_start_path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(warm_start_config(meta, prefix, tokenizer_out), f, sort_keys=False)
-    with open(os.path.join(output_dir, SOURCE_FILE), "w", encoding="utf-8") as f:
-        json.dump({**source, "max_seq_length": meta["max_seq_length"]}, f, indent=2)
-    return warm_start_path
+    return import_folder.write(encoder, meta, tokenizer_file, output_dir,
+                               {"source_dir": os.path.abspath(hf_dir),
+                                "family": "hugging_face"}, overwrite=overwrite)
 
 
 def build_parser():
@@ -535,7 +496,10 @@ def build_parser():
     parser.add_argument("--hf_dir", required=True,
                         help="folder with config.json, model.safetensors and the tokenizer "
                              "(vocab.txt, tokenizer.json or sentencepiece.bpe.model)")
-    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--output_dir", required=True,
+                        help="the import folder to write (cmlm_tf.import_folder)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing import folder")
     return parser
 
 
@@ -544,7 +508,8 @@ def main(argv=None) -> int:
     from cmlm_tf import cli
 
     cli.quiet_tensorflow_logs()
-    return cli.run_main(lambda: print(f"wrote {convert(args.hf_dir, args.output_dir)}"))
+    return cli.run_main(lambda: print(
+        f"wrote {convert(args.hf_dir, args.output_dir, overwrite=args.overwrite)}"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 r"""Imports a BERT-family sentence encoder you already have, whatever form it comes in.
 
-    python -m cmlm_tf.import_model --import_dir DIR --output_dir OUT
+    python -m cmlm_tf.import_model --import_dir DIR --output_dir OUT [--overwrite]
 
 The form is read from the files in DIR:
 
@@ -34,7 +34,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from cmlm_tf import convert_hf_bert
+from cmlm_tf import convert_hf_bert, import_folder
 
 # What `detect` tells apart -> how an export's README names it.
 FAMILIES = {"hugging_face": "Hugging Face", "tf_hub": "TF Hub encoder",
@@ -53,8 +53,19 @@ _MATCH_TOLERANCE = 1e-4
 
 def detect(path: str) -> Tuple[str, str]:
     """(family, where): the family of FAMILIES and the folder or checkpoint prefix to read."""
+    export = _cmlm_tf_export(path)
+    if export is not None:
+        raise ValueError(
+            f"{path}: is {'part of ' if export != os.path.abspath(path) else ''}a cmlm_tf "
+            f"export ({export}); load it with cmlm_tf.load or hub.KerasLayer, or pass the "
+            "training run or import folder it was exported from as --model_dir")
     if os.path.isdir(path):
         names = set(os.listdir(path))
+        if import_folder.WARM_START_FILE in names and "config.json" not in names:
+            raise ValueError(
+                f"{path}: is already an import folder; pass its "
+                f"{import_folder.WARM_START_FILE} as the first --config_file, or export it "
+                "with --model_dir")
         if "saved_model.pb" in names:
             return "tf_hub", path
         if "config.json" in names or "modules.json" in names:
@@ -67,6 +78,19 @@ def detect(path: str) -> Tuple[str, str]:
         raise FileNotFoundError(f"{path}: model folder not found")
     raise ValueError(f"{path}: not a model this can import: no config.json (Hugging Face), "
                      f"saved_model.pb (TF Hub) or {BERT_CONFIG_FILE} with a checkpoint (BERT)")
+
+
+def _cmlm_tf_export(path: str):
+    """The cmlm_tf export `path` is, or is a folder of (`serving/1`, `encoder`,
+    `preprocessor`), or None."""
+    from cmlm_tf.inference import METADATA_FILE
+
+    folder = os.path.normpath(os.path.abspath(path))
+    for _ in range(3):
+        if os.path.isfile(os.path.join(folder, METADATA_FILE)):
+            return folder
+        folder = os.path.dirname(folder)
+    return None
 
 
 def _checkpoint_prefix(folder: str) -> str:
@@ -99,18 +123,21 @@ def _checkpoint_family(prefix: str) -> Tuple[str, str]:
                      "nor an encoder or model object (Model Garden)")
 
 
-def convert(path: str, output_dir: str) -> str:
-    """Imports `path` (any family) into `output_dir`; returns the path of `warm_start.yaml`."""
+def convert(path: str, output_dir: str, overwrite: bool = False) -> str:
+    """Imports `path` (any family) into the import folder `output_dir`
+    (`cmlm_tf.import_folder`; an existing one is replaced only with `overwrite`); returns the
+    path of `warm_start.yaml`."""
+    output_dir = import_folder.check_output(output_dir, overwrite)
     family, where = detect(path)
     if family == "hugging_face":
-        return convert_hf_bert.convert(where, output_dir)
+        return convert_hf_bert.convert(where, output_dir, overwrite=overwrite)
     if family == "tf_hub":
         encoder, meta, vocab = _read_hub(where)
     else:
         encoder, meta, vocab = _read_checkpoint(family, where)
-    return convert_hf_bert.write_converted(
-        encoder, meta, vocab, output_dir, {"source_dir": os.path.abspath(path),
-                                           "family": family})
+    return import_folder.write(encoder, meta, vocab, output_dir,
+                               {"source_dir": os.path.abspath(path), "family": family},
+                               overwrite=overwrite)
 
 
 def _meta(encoder: dict, lower_case: bool) -> dict:
@@ -325,7 +352,10 @@ def build_parser():
                     "encoder checkpoint with its warm_start.yaml.")
     parser.add_argument("--import_dir", required=True,
                         help="the model's folder (or a BERT checkpoint prefix)")
-    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--output_dir", required=True,
+                        help="the import folder to write (cmlm_tf.import_folder)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing import folder")
     return parser
 
 
@@ -334,7 +364,8 @@ def main(argv=None) -> int:
     from cmlm_tf import cli
 
     cli.quiet_tensorflow_logs()
-    return cli.run_main(lambda: print(f"wrote {convert(args.import_dir, args.output_dir)}"))
+    return cli.run_main(lambda: print(
+        f"wrote {convert(args.import_dir, args.output_dir, overwrite=args.overwrite)}"))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ no debris from interrupted writes.
   a second trainer on the same directory stops with one line. A lock whose process is gone
   (same host) is stale and taken over with a warning. Directories on remote filesystems
   (`gs://...`) are not locked.
+- `latest_checkpoint`: the run's latest checkpoint, one answer for the driver, the restore and
+  the export: the newest on disk whose files are whole, recorded in TensorFlow's
+  `checkpoint` state or not.
 - `recover_latest_checkpoint`: before resuming, the newest checkpoint is read in full; an
   unreadable one (a truncated data file after a crash, say) is moved to `corrupt/`, never
   deleted, and the run resumes from the newest intact one, with a warning naming what was
@@ -27,6 +30,10 @@ from typing import List, Optional
 from absl import logging
 
 LOCK_FILE = ".cmlm_tf.lock"
+# The step whose final evaluation finished, in a `train_and_eval` run.
+EVALUATED_FILE = "evaluated.json"
+# The name of a run's checkpoints (`ckpt-<step>`), as Model Garden's trainer saves them.
+CHECKPOINT_STEM = "ckpt"
 CORRUPT_DIR = "corrupt"
 
 
@@ -263,11 +270,53 @@ def _checkpoint_files(prefix: str) -> List[str]:
                   if name == base + ".index" or name.startswith(base + ".data-"))
 
 
+def _listed_checkpoints(model_dir: str):
+    """(state, prefixes): the directory's `checkpoint` state (None without one) and every
+    checkpoint it lists or that is on disk under the same name (`ckpt-N` when there is no
+    state), oldest first. A checkpoint whose files were written but whose recording in
+    the state was cut short (a kill, or the first checkpoint of a run) counts."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(model_dir)
+    listed = []
+    stem = CHECKPOINT_STEM
+    if state is not None and state.model_checkpoint_path:
+        listed = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+        if state.model_checkpoint_path not in listed:
+            listed.append(state.model_checkpoint_path)
+        # `get_checkpoint_state` has already joined relative entries to `model_dir`
+        # (relative or absolute, as given): joining again would name missing files.
+        listed = [os.path.normpath(p) for p in listed]
+        stem = os.path.basename(state.model_checkpoint_path).rsplit("-", 1)[0]
+    on_disk = [os.path.normpath(os.path.join(model_dir, name[:-len(".index")]))
+               for name in os.listdir(model_dir)
+               if name.startswith(stem + "-") and name.endswith(".index")
+               and name[len(stem) + 1:-len(".index")].isdigit()]
+    return state, sorted(set(listed) | set(on_disk), key=_step_and_path)
+
+
+def latest_checkpoint(model_dir: str) -> Optional[str]:
+    """The run's latest checkpoint, the one answer of the driver, the restore and the
+    export: the newest whose files are all there (its `.index` is written last), whether
+    or not the `checkpoint` state recorded it. Changes nothing on disk (a trainer may be
+    running); `recover_latest_checkpoint` also sets unreadable ones aside."""
+    import tensorflow as tf
+
+    if not is_local(model_dir):
+        return tf.train.latest_checkpoint(model_dir)
+    if not os.path.isdir(model_dir):
+        return None
+    _, listed = _listed_checkpoints(model_dir)
+    present = [prefix for prefix in listed if os.path.exists(prefix + ".index")]
+    return present[-1] if present else None
+
+
 def recover_latest_checkpoint(model_dir: str) -> Optional[str]:
     """The newest readable checkpoint of the run, after setting unreadable newer ones aside.
 
-    Each unreadable checkpoint's files move to `MODEL_DIR/corrupt/` and the directory's
-    `checkpoint` state then names the newest intact one, so the trainer resumes from it.
+    Each unreadable checkpoint's files move to `MODEL_DIR/corrupt/`, and the directory's
+    `checkpoint` state then names the newest intact one, so the trainer resumes from it; a
+    newer checkpoint than the state names (its recording was cut short) is recorded.
     Returns its prefix, or None for a run with no checkpoint. Raises ValueError when the run
     has checkpoints but none is readable (they are moved aside, so the next start begins
     afresh).
@@ -276,22 +325,12 @@ def recover_latest_checkpoint(model_dir: str) -> Optional[str]:
 
     if not is_local(model_dir):
         return tf.train.latest_checkpoint(model_dir)
-    state = tf.train.get_checkpoint_state(model_dir)
-    if state is None or not state.model_checkpoint_path:
+    if not os.path.isdir(model_dir):
         return None
-    listed = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    if state.model_checkpoint_path not in listed:
-        listed.append(state.model_checkpoint_path)
-    # `get_checkpoint_state` has already joined relative entries to `model_dir` (relative
-    # or absolute, as given): joining again would name files that do not exist.
-    listed = [os.path.normpath(p) for p in listed]
-    # Checkpoints of the same name on disk count too (the state may have lost track).
-    stem = os.path.basename(state.model_checkpoint_path).rsplit("-", 1)[0]
-    on_disk = [os.path.normpath(os.path.join(model_dir, name[:-len(".index")]))
-               for name in os.listdir(model_dir)
-               if name.startswith(stem + "-") and name.endswith(".index")
-               and name[len(stem) + 1:-len(".index")].isdigit()]
-    listed = sorted(set(listed) | set(on_disk), key=_step_and_path)
+    state, listed = _listed_checkpoints(model_dir)
+    if not listed:
+        return None
+    recorded = os.path.normpath(state.model_checkpoint_path) if state is not None else None
     skipped, missing = [], []
     while listed:
         prefix = listed[-1]
@@ -307,6 +346,11 @@ def recover_latest_checkpoint(model_dir: str) -> Optional[str]:
                                     [f"unreadable {name} (moved to {CORRUPT_DIR}/)"
                                      for name in skipped] +
                                     [f"missing {name}" for name in missing]))
+            elif prefix != recorded:
+                _write_state(model_dir, listed, state)
+                logging.warning("%s: %s was saved but not recorded as the latest checkpoint "
+                                "(the run stopped while recording it); recorded it now",
+                                model_dir, os.path.basename(prefix))
             return prefix
         corrupt = os.path.join(model_dir, CORRUPT_DIR)
         os.makedirs(corrupt, exist_ok=True)
@@ -318,8 +362,9 @@ def recover_latest_checkpoint(model_dir: str) -> Optional[str]:
         skipped.append(os.path.basename(prefix))
         listed.pop()
     os.makedirs(os.path.join(model_dir, CORRUPT_DIR), exist_ok=True)
-    os.replace(os.path.join(model_dir, "checkpoint"),
-               os.path.join(model_dir, CORRUPT_DIR, "checkpoint"))
+    if os.path.exists(os.path.join(model_dir, "checkpoint")):
+        os.replace(os.path.join(model_dir, "checkpoint"),
+                   os.path.join(model_dir, CORRUPT_DIR, "checkpoint"))
     if not skipped:
         return None
     raise ValueError(f"{model_dir}: no readable checkpoint ({', '.join(skipped)} moved to "
@@ -338,8 +383,9 @@ def _write_state(model_dir: str, kept: List[str], state) -> None:
     Entries are written relative to `MODEL_DIR`, so the folder can be moved."""
     from tensorflow.python.checkpoint import checkpoint_management
 
-    stamps = dict(zip((os.path.basename(p) for p in state.all_model_checkpoint_paths),
-                      state.all_model_checkpoint_timestamps))
+    stamps = {} if state is None else dict(zip(
+        (os.path.basename(p) for p in state.all_model_checkpoint_paths),
+        state.all_model_checkpoint_timestamps))
     names = list(dict.fromkeys(os.path.basename(p) for p in kept))
     # TensorFlow takes relative entries as relative to the working directory and rewrites
     # them against a relative `save_dir`: hand it paths under `model_dir` as given.
@@ -349,7 +395,7 @@ def _write_state(model_dir: str, kept: List[str], state) -> None:
         all_model_checkpoint_paths=paths, save_relative_paths=True,
         all_model_checkpoint_timestamps=[stamps[n] for n in names] if all(
             n in stamps for n in names) else None,
-        last_preserved_timestamp=state.last_preserved_timestamp)
+        last_preserved_timestamp=None if state is None else state.last_preserved_timestamp)
 
 
 def checkpoint_step(prefix: Optional[str]) -> int:
@@ -363,3 +409,23 @@ def checkpoint_step(prefix: Optional[str]) -> int:
         if name.startswith("global_step"):
             return int(reader.get_tensor(name))
     return int(prefix.rsplit("-", 1)[-1]) if prefix.rsplit("-", 1)[-1].isdigit() else 0
+
+
+def record_evaluation(model_dir: str, step: int) -> None:
+    """Records that the final evaluation of `step` finished (`evaluated_step`)."""
+    if not is_local(model_dir):
+        return
+    from cmlm_tf import disk
+
+    with disk.atomic_output(os.path.join(model_dir, EVALUATED_FILE)) as temp:
+        with open(temp, "w", encoding="utf-8") as f:
+            json.dump({"step": int(step)}, f)
+
+
+def evaluated_step(model_dir: str) -> Optional[int]:
+    """The step whose final evaluation finished, or None (none did, or unknown)."""
+    try:
+        with open(os.path.join(model_dir, EVALUATED_FILE), encoding="utf-8") as f:
+            return int(json.load(f)["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

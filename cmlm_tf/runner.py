@@ -176,11 +176,11 @@ class _StopRequest:
 
 
 @contextlib.contextmanager
-def _ctrl_c_between_chunks():
-    """While the training loop runs, a first Ctrl-C (SIGINT) stops it after the current
-    chunk of steps (at most a few seconds), where the loop raises KeyboardInterrupt itself:
-    never inside a lock, a log line or a timer of the loop. A second Ctrl-C interrupts at
-    once. Outside the main thread (no signal handlers there), nothing changes."""
+def _deferred_ctrl_c(second_interrupts: bool = True):
+    """Inside the block, Ctrl-C (SIGINT) only records the request (the yielded object is
+    true once it came); the caller stops where it is safe. With `second_interrupts`, a
+    second Ctrl-C interrupts at once; otherwise every one waits for the block's end.
+    Outside the main thread (no signal handlers there), nothing changes."""
     import signal
     import threading
 
@@ -191,13 +191,21 @@ def _ctrl_c_between_chunks():
 
     def request(signum, frame):
         stop.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if second_interrupts:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     previous = signal.signal(signal.SIGINT, request)
     try:
         yield stop
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_between_chunks():
+    """While the training loop runs, a first Ctrl-C stops it after the current chunk of
+    steps (at most a few seconds), where the loop raises KeyboardInterrupt itself: never
+    inside a lock, a log line or a timer of the loop. A second Ctrl-C interrupts at once."""
+    return _deferred_ctrl_c(second_interrupts=True)
 
 
 class ThroughputTrainer(base_trainer.Trainer):
@@ -270,6 +278,15 @@ class ThroughputTrainer(base_trainer.Trainer):
         return logs
 
 
+class SaveInterrupted(KeyboardInterrupt):
+    """Ctrl-C came during a checkpoint save, which finished first; `path` is the checkpoint
+    it wrote (None when the interval skipped it)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.path = path
+
+
 class CheckpointManager(tf.train.CheckpointManager):
     """Restores with a one-line log; values a run does not use now (a finished run's
     optimizer slots, another stage's heads) are not reported as failures."""
@@ -297,9 +314,15 @@ class CheckpointManager(tf.train.CheckpointManager):
         the checkpoint (the previous ones stay: nothing is pruned before a save ends)."""
         number = checkpoint_number if checkpoint_number is not None else \
             int(self._step_counter.numpy())
-        with disk.reporting_disk_full(f"{self._checkpoint_prefix}-{int(number)}"):
-            return super().save(checkpoint_number=checkpoint_number,
-                                check_interval=check_interval, options=options)
+        # Ctrl-C waits for the whole save: the files, their recording in the `checkpoint`
+        # state and the pruning of old ones. Then it stops the run (KeyboardInterrupt).
+        with _deferred_ctrl_c(second_interrupts=False) as stop:
+            with disk.reporting_disk_full(f"{self._checkpoint_prefix}-{int(number)}"):
+                path = super().save(checkpoint_number=checkpoint_number,
+                                    check_interval=check_interval, options=options)
+        if stop:
+            raise SaveInterrupted(path)
+        return path
 
 
 class Runner(train_lib.OrbitExperimentRunner):
@@ -328,10 +351,13 @@ class Runner(train_lib.OrbitExperimentRunner):
                 if self._mode == "train":
                     self.controller.train(steps=trainer_params.train_steps)
                 else:
+                    self._evaluate_unfinished()
                     self.controller.train_and_evaluate(
                         train_steps=trainer_params.train_steps,
                         eval_steps=trainer_params.validation_steps,
                         eval_interval=trainer_params.validation_interval)
+                    run_dir.record_evaluation(self.model_dir,
+                                              int(self.trainer.global_step.numpy()))
             except KeyboardInterrupt:
                 self._save_stopped("interrupted")
                 raise
@@ -340,6 +366,16 @@ class Runner(train_lib.OrbitExperimentRunner):
                 raise
             self._close_train_input()
         return self.trainer.model, {}
+
+    def _evaluate_unfinished(self):
+        """A run whose training is done but whose final evaluation never finished (a Ctrl-C
+        or a refusal during it) evaluates now: Orbit evaluates only after training steps."""
+        step = int(self.trainer.global_step.numpy())
+        if step < self.params.trainer.train_steps or not is_chief() or \
+                run_dir.evaluated_step(self.model_dir) == step:
+            return
+        logging.info("the evaluation of step %d did not finish: evaluating it now", step)
+        self.controller.evaluate(steps=self.params.trainer.validation_steps)
 
     def _save_stopped(self, reason: str):
         """Saves the step reached when training stops early (Ctrl-C, a refused
@@ -355,7 +391,10 @@ class Runner(train_lib.OrbitExperimentRunner):
                          os.path.basename(latest or "none"), self.model_dir)
             return
         started = time.perf_counter()
-        path = manager.save(checkpoint_number=step, check_interval=False)
+        try:
+            path = manager.save(checkpoint_number=step, check_interval=False)
+        except SaveInterrupted as again:  # a second Ctrl-C: the save finished regardless
+            path = again.path
         logging.info("%s at step %d: saved checkpoint %s in %s (%.1f s)", reason, step,
                      os.path.basename(path), self.model_dir,
                      time.perf_counter() - started)
@@ -372,6 +411,18 @@ class Runner(train_lib.OrbitExperimentRunner):
         box = [self.trainer._train_iter]
         self.trainer._train_iter = None
         return release_in_background(box, "the training input pipeline")
+
+
+def check_evaluation_input(trainer, field: str = "task.validation_data") -> None:
+    """Reads one batch of the trainer's evaluation input: a `train_and_eval` whose
+    evaluation could not run is refused before it trains (`EmptyEvaluationError`)."""
+    dataset = trainer.eval_dataset
+    if dataset is None:
+        return
+    try:
+        next(iter(dataset))
+    except (StopIteration, tf.errors.OutOfRangeError):
+        raise EmptyEvaluationError(trainer.config.task.validation_data, field) from None
 
 
 def release_in_background(box: list, what: str):

@@ -183,7 +183,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             run_dir.remove_temp_checkpoints(model_dir)
             latest = run_dir.recover_latest_checkpoint(model_dir)
         else:
-            latest = tf.train.latest_checkpoint(model_dir)
+            latest = run_dir.latest_checkpoint(model_dir)
         start_step = run_dir.checkpoint_step(latest)
         params = prepare_vocabulary(params, model_dir)
         runtime = params.runtime
@@ -216,6 +216,8 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
                 # After the data (a bad input file is the first thing to report), before
                 # params.yaml: a refused run leaves the run directory as it was.
                 check_learning_rate(params, start_step)
+                if "eval" in mode:  # an evaluation that cannot run is refused before training
+                    runner.check_evaluation_input(trainer)
                 run_dir.write_params(params, model_dir)
             # Summaries and the checkpoint state: a full disk names the run folder
             # (checkpoint saves name their own prefix).
@@ -232,7 +234,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             logging.info("finished: step %d in %s (%.0f s); latest checkpoint %s",
                          int(trainer.global_step.numpy()), model_dir,
                          time.perf_counter() - started,
-                         os.path.basename(tf.train.latest_checkpoint(model_dir) or "none"))
+                         os.path.basename(run_dir.latest_checkpoint(model_dir) or "none"))
         return result
     finally:
         lock.release()

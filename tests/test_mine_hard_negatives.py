@@ -65,7 +65,7 @@ def _mine(tmp_path, export, *extra):
     result = subprocess.run(
         [sys.executable, "-m", "cmlm_tf.mine_hard_negatives", "--model", str(export),
          "--pairs", str(pairs), "--output", str(output), *extra],
-        capture_output=True, text=True, env=subprocess_env(), cwd=REPO_DIR, timeout=300)
+        capture_output=True, text=True, env=subprocess_env(), cwd=REPO_DIR, timeout=3600)
     return result, output
 
 
@@ -88,7 +88,7 @@ def test_mined_file_trains_cmlm_tf_bitext(tmp_path, tiny_export):
          "trainer.train_steps=2,trainer.optimizer_config.warmup.linear.warmup_steps=1,"
          "trainer.steps_per_loop=1,trainer.checkpoint_interval=2,"
          "task.validation_data.input_path=''"],
-        capture_output=True, text=True, env=subprocess_env(), cwd=REPO_DIR, timeout=600)
+        capture_output=True, text=True, env=subprocess_env(), cwd=REPO_DIR, timeout=3600)
     assert train.returncode == 0, train.stderr[-3000:]
     assert (tmp_path / "run" / "ckpt-2.index").exists()
 

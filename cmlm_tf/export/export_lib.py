@@ -21,12 +21,10 @@ import errno
 import json
 import os
 import shutil
-import sys
 import tempfile
-import time
 from typing import Optional, Tuple
 
-from cmlm_tf import disk, run_dir
+from cmlm_tf import disk, run_dir, staged_folder
 from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE
 
 DEFAULT_SEQ_LENGTH = 128
@@ -106,7 +104,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                    hf_dir: Optional[str] = None, work_dir: Optional[str] = None
                    ) -> ExportSource:
     """Finds the config, checkpoint and default seq_length of what is to be exported."""
-    from cmlm_tf import convert_hf_bert, import_model, tokenization
+    from cmlm_tf import import_folder, import_model, tokenization
     from cmlm_tf.modeling import sentence_encoder
 
     if bool(model_dir) == bool(hf_dir):
@@ -120,7 +118,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
         return source
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"{model_dir}: model directory not found")
-    warm_start = os.path.join(model_dir, convert_hf_bert.WARM_START_FILE)
+    warm_start = os.path.join(model_dir, import_folder.WARM_START_FILE)
     params_path = os.path.join(model_dir, "params.yaml")
     if os.path.exists(params_path):
         params = _read_yaml(params_path)
@@ -135,13 +133,11 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                 and not os.path.exists(model.tokenizer.sp_model_file)):
             model.tokenizer.sp_model_file = run_sp_model  # the run directory was moved
     elif os.path.exists(warm_start):
-        params = _read_yaml(warm_start)
+        params = import_folder.resolve_relative(_read_yaml(warm_start), model_dir)
         model = _model_config_from(params, warm_start)
+        source = import_folder.check(model_dir, params)
         prefix = sentence_encoder.resolve_checkpoint(
             checkpoint or params["task"].get("init_checkpoint", ""))
-        source_file = os.path.join(model_dir, convert_hf_bert.SOURCE_FILE)
-        source = json.load(open(source_file, encoding="utf-8")) \
-            if os.path.exists(source_file) else {}
         seq_length = source.get("max_seq_length") or DEFAULT_SEQ_LENGTH
         # `hf_dir`: the key of folders converted before other families could be imported.
         description = {"kind": "converted", "family": source.get("family", "hugging_face"),
@@ -150,7 +146,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
     else:
         raise FileNotFoundError(
             f"{model_dir}: neither params.yaml (training run) nor "
-            f"{convert_hf_bert.WARM_START_FILE} (converted weights) found")
+            f"{import_folder.WARM_START_FILE} (converted weights) found")
     return ExportSource(model=model, checkpoint=prefix, seq_length=int(seq_length),
                         description=description)
 
@@ -457,11 +453,11 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     with disk.reporting_disk_full(export_dir):
         os.makedirs(parent, exist_ok=True)
     with run_dir.folder_lock(parent):
-        restore_interrupted_export(export_dir)
+        staged_folder.restore_interrupted(export_dir)
     if os.path.exists(export_dir) and not overwrite:
         raise FileExistsError(f"{export_dir}: already exists (pass --overwrite to replace it)")
     with disk.reporting_disk_full(export_dir):
-        staging = _owned_tempdir(export_dir, ".tmp-")
+        staging = staged_folder.owned_tempdir(export_dir)
     try:
         work = os.path.join(staging, "_work")
 
@@ -555,14 +551,14 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
                 f.write(_model_card(meta))
         shutil.rmtree(work, ignore_errors=True)
         with _writing(export_dir, ""):
-            _replace_dir(staging, export_dir, overwrite)
+            staged_folder.replace_dir(staging, export_dir, overwrite)
         stage.done()
     except BaseException:
         stage.done()
         shutil.rmtree(staging, ignore_errors=True)
         raise
     with run_dir.folder_lock(parent):
-        remove_stale_staging(export_dir)
+        staged_folder.remove_stale(export_dir)
     return export_dir
 
 
@@ -571,101 +567,3 @@ def _writing(export_dir: str, name: str):
     return disk.reporting_disk_full(os.path.join(export_dir, name) if name else export_dir)
 
 
-# In every staging folder: which process writes it, so a later export can tell a folder
-# an interrupted export left behind from one another export is writing now.
-_OWNER_FILE = ".cmlm_tf_export_owner"
-
-
-def _owned_tempdir(export_dir: str, infix: str) -> str:
-    """A new sibling folder of `export_dir`, with the umask's usual mode (it may become the
-    export, which other users, a model server's say, must be able to read)."""
-    import socket
-
-    folder = tempfile.mkdtemp(prefix=os.path.basename(export_dir) + infix,
-                              dir=os.path.dirname(export_dir))
-    umask = os.umask(0o022)
-    os.umask(umask)
-    try:
-        os.chmod(folder, 0o777 & ~umask)  # mkdtemp makes it 0700 whatever the umask
-        with open(os.path.join(folder, _OWNER_FILE), "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return folder
-
-
-def _stale_staging(export_dir: str) -> list:
-    """The `OUT.tmp-*` / `OUT.old-*` folders of `export_dir` whose exporting process (on
-    this host) is gone: what an interrupted export leaves behind."""
-    import socket
-
-    parent, base = os.path.split(export_dir)
-    stale = []
-    for name in sorted(os.listdir(parent)):
-        if not (name.startswith(base + ".tmp-") or name.startswith(base + ".old-")):
-            continue
-        folder = os.path.join(parent, name)
-        try:
-            with open(os.path.join(folder, _OWNER_FILE), encoding="utf-8") as f:
-                owner = json.load(f)
-        except (OSError, ValueError):
-            owner = None
-        if owner is None and time.time() - os.path.getmtime(folder) < 60:
-            continue  # just created: its owner file is being written
-        if isinstance(owner, dict) and (owner.get("host") != socket.gethostname()
-                                        or run_dir.pid_alive(int(owner.get("pid", -1)))):
-            continue
-        stale.append(name)
-    return stale
-
-
-def restore_interrupted_export(export_dir: str) -> Optional[str]:
-    """Renames the old export back to `export_dir` when an `--overwrite` was killed between
-    its two renames (`OUT` missing, the old export only in a stale `OUT.old-*/export`).
-    Returns the folder it came from, or None."""
-    if os.path.lexists(export_dir):
-        return None
-    parent = os.path.dirname(export_dir)
-    olds = [os.path.join(parent, name) for name in _stale_staging(export_dir)
-            if ".old-" in name and os.path.isdir(os.path.join(parent, name, "export"))]
-    if not olds:
-        return None
-    newest = max(olds, key=os.path.getmtime)
-    os.rename(os.path.join(newest, "export"), export_dir)
-    print(f"restored {export_dir} from {newest}, left by an interrupted export",
-          file=sys.stderr)
-    return newest
-
-
-def remove_stale_staging(export_dir: str) -> list:
-    """Removes the folders an interrupted export left behind (`_stale_staging`), after
-    restoring an old export that is the only copy left (`restore_interrupted_export`).
-    Returns the names removed."""
-    restore_interrupted_export(export_dir)
-    removed = _stale_staging(export_dir)
-    for name in removed:
-        shutil.rmtree(os.path.join(os.path.dirname(export_dir), name), ignore_errors=True)
-    if removed:
-        print(f"removed {', '.join(removed)}, left by an interrupted export", file=sys.stderr)
-    return removed
-
-
-def _replace_dir(new: str, target: str, overwrite: bool = True) -> None:
-    """Moves `new` to `target`; an old `target` is removed only once `new` is in place.
-
-    A process killed between the two renames leaves the old export in `OUT.old-*/export`,
-    which the next export renames back (`restore_interrupted_export`) before anything else.
-    """
-    with run_dir.folder_lock(os.path.dirname(target)):
-        if os.path.exists(target) and not overwrite:  # another export wrote it meanwhile
-            raise FileExistsError(f"{target}: already exists (pass --overwrite to replace it)")
-        if os.path.exists(target):
-            old = _owned_tempdir(target, ".old-")
-            os.rename(target, os.path.join(old, "export"))
-            os.rename(new, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(new, target)
-        # Only now: until `new` is in place, its owner file marks it as a staging folder.
-        os.remove(os.path.join(target, _OWNER_FILE))

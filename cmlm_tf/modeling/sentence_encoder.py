@@ -113,11 +113,14 @@ def build_sentence_encoder(config: configs.EncoderConfig,
 
 
 def resolve_checkpoint(path: str) -> str:
-    """Returns a checkpoint prefix for a prefix or a directory (its latest checkpoint)."""
+    """Returns a checkpoint prefix for a prefix or a directory (its latest checkpoint,
+    `run_dir.latest_checkpoint`)."""
+    from cmlm_tf import run_dir
+
     if not path:
         raise ValueError("task.init_checkpoint is empty")
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = run_dir.latest_checkpoint(path)
         if latest is None:
             raise FileNotFoundError(f"{path}: no checkpoint found in this directory")
         return latest

@@ -76,19 +76,66 @@ def test_the_driver_refuses_in_one_line_before_touching_the_run(tmp_path, overri
     assert not (tmp_path / "run").exists()
 
 
-def test_an_evaluation_of_fewer_examples_than_one_batch_is_refused(tmp_path):
-    """bitext_tiny's `--mode=eval` on 5 pairs, batch 32 with drop_remainder: no batch to
-    evaluate, so one line naming the file and the batch size, exit 2, and no metrics."""
+@pytest.mark.parametrize("mode", ["eval", "train_and_eval"])
+def test_an_evaluation_of_fewer_examples_than_one_batch_is_refused(tmp_path, mode):
+    """bitext_tiny on 5 validation pairs, batch 32 with drop_remainder: no batch to
+    evaluate, so one line naming the file and the batch size, exit 2, and no metrics; a
+    `train_and_eval` is refused before it trains, and leaves no checkpoint or params.yaml."""
     pairs = write_bundled_pairs(tmp_path / "five.tsv", 5)
+    model_dir = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/bitext",
-         "--config_file=bitext_tiny", "--mode=eval", f"--model_dir={tmp_path / 'run'}",
+         "--config_file=bitext_tiny", f"--mode={mode}", f"--model_dir={model_dir}",
          f"--params_override=task.validation_data.input_path={pairs}"],
         capture_output=True, text=True, env=cli_env(), cwd=REPO_DIR, timeout=3600)
     line = _error_line(result)
     assert line.startswith(f"error: task.validation_data.input_path {pairs}: no batch of "
                            "task.validation_data.global_batch_size=32 examples"), line
     assert "ranking_loss" not in result.stderr, result.stderr[-3000:]
+    if mode == "train_and_eval":
+        assert "progress:" not in result.stderr, result.stderr[-3000:]
+        assert not any(name.startswith("ckpt-") for name in os.listdir(model_dir))
+        assert not (model_dir / "params.yaml").exists()
+
+
+BITEXT_EVAL = ["--experiment=cmlm_tf/bitext", "--config_file=bitext_tiny",
+               "--mode=train_and_eval",
+               "--params_override=trainer.train_steps=2,trainer.steps_per_loop=2,"
+               "trainer.checkpoint_interval=2,trainer.validation_steps=1,"
+               "task.validation_data.global_batch_size=4,task.train_data.global_batch_size=4,"
+               "trainer.optimizer_config.warmup.linear.warmup_steps=1"]
+
+
+_INTERRUPTED_EVALUATION = """
+import sys
+from cmlm_tf import runner, train
+def interrupted(self, *args, **kwargs):
+    raise KeyboardInterrupt  # Ctrl-C during the final evaluation
+runner.ThroughputTrainer.evaluate = interrupted
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def test_a_rerun_evaluates_what_an_interrupted_final_evaluation_left(tmp_path):
+    """Ctrl-C during the final evaluation: exit 130. The same command run again does not
+    just say "finished": it evaluates the step reached, once."""
+    script = tmp_path / "interrupted_evaluation.py"
+    script.write_text(_INTERRUPTED_EVALUATION, encoding="utf-8")
+    args = BITEXT_EVAL + [f"--model_dir={tmp_path / 'run'}"]
+
+    def run(command):
+        return subprocess.run(command + args, capture_output=True, text=True, env=cli_env(),
+                              cwd=REPO_DIR, timeout=3600)
+
+    interrupted = run([sys.executable, str(script)])
+    assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+    rerun = run([sys.executable, "-m", "cmlm_tf.train"])
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "the evaluation of step 2 did not finish: evaluating it now" in rerun.stderr
+    assert "validation_loss" in rerun.stderr, rerun.stderr[-3000:]
+    again = run([sys.executable, "-m", "cmlm_tf.train"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "evaluating it now" not in again.stderr and "validation_loss" not in again.stderr
 
 
 # A full disk, injected at the write.

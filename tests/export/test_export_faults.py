@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from cmlm_tf import staged_folder
 from cmlm_tf.export import cli as export_cli
 from cmlm_tf.export import export_lib
 from tests.conftest import fill_disk, subprocess_env
@@ -167,7 +168,7 @@ def test_two_exports_to_one_folder_at_once(tmp_path, tiny_run_dir, tiny_export, 
     out = _old_export(tiny_export, exports / "out")
     monkeypatch.chdir(tmp_path)
     other, _ = _export_process(tmp_path, 0)
-    deadline = time.time() + 300
+    deadline = time.time() + 3600  # a safety net
     while not list(exports.glob("out.tmp-*")) and other.poll() is None:
         assert time.time() < deadline
         time.sleep(0.2)
@@ -184,15 +185,15 @@ def test_second_export_without_overwrite_loses_cleanly(tmp_path):
     """Another export wrote OUT while this one ran: without --overwrite the swap stops, and
     both OUT and the finished staging folder are as they were."""
     out = tmp_path / "out"
-    staging = export_lib._owned_tempdir(str(out), ".tmp-")
+    staging = staged_folder.owned_tempdir(str(out))
     (tmp_path / staging / "new.txt").write_text("this export", encoding="utf-8")
     out.mkdir()
     (out / "other.txt").write_text("the other export", encoding="utf-8")
     with pytest.raises(FileExistsError, match="--overwrite"):
-        export_lib._replace_dir(staging, str(out), overwrite=False)
+        staged_folder.replace_dir(staging, str(out), overwrite=False)
     assert sorted(os.listdir(out)) == ["other.txt"]
-    assert sorted(os.listdir(staging)) == [export_lib._OWNER_FILE, "new.txt"]
-    export_lib._replace_dir(staging, str(out), overwrite=True)
+    assert sorted(os.listdir(staging)) == [staged_folder.OWNER_FILE, "new.txt"]
+    staged_folder.replace_dir(staging, str(out), overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["out"] and os.listdir(out) == ["new.txt"]
 
 

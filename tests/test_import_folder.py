@@ -1,0 +1,212 @@
+"""The import folder: published whole, self-contained, refused when it exists or is damaged."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from cmlm_tf import configs, import_folder, import_model
+from tests.conftest import TESTS_DIR, subprocess_env
+
+STANDINS = TESTS_DIR / "testdata" / "st_standins"
+# Two WordPiece models with vocabularies of different lengths.
+OLD_MODEL, NEW_MODEL = STANDINS / "st6_bert_mean", STANDINS / "labse_layout"
+
+
+def _lines(path) -> int:
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def _error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error: ") and "Traceback" not in err, err
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """A finished import folder of OLD_MODEL (copy it before changing it)."""
+    folder = tmp_path_factory.mktemp("imported") / "old"
+    import_model.convert(str(OLD_MODEL), str(folder))
+    return folder
+
+
+def test_warm_start_names_its_files_relative_to_the_folder(imported):
+    with open(imported / import_folder.WARM_START_FILE, encoding="utf-8") as f:
+        task = yaml.safe_load(f)["task"]
+    assert task["init_checkpoint"] == import_folder.CHECKPOINT_NAME
+    assert task["model"]["tokenizer"]["vocab_file"] == import_folder.VOCAB_FILE
+    assert sorted(os.listdir(imported)) == sorted([
+        "encoder.index", "encoder.data-00000-of-00001", "vocab.txt", "warm_start.yaml",
+        "source.json"])
+
+
+def test_a_moved_folder_reads_its_own_files_not_those_at_the_old_path(tmp_path, imported):
+    """Moved away, with another model imported at its old path, the folder still reads its
+    own checkpoint and vocabulary, for training and for export."""
+    from cmlm_tf.export import export_lib
+
+    old_path, moved = tmp_path / "model", tmp_path / "moved"
+    shutil.copytree(imported, old_path)
+    os.rename(old_path, moved)
+    import_model.convert(str(NEW_MODEL), str(old_path))
+    params = configs.load_experiment_config([str(moved / "warm_start.yaml")])
+    assert params.task.init_checkpoint == str(moved / "encoder")
+    assert params.task.model.tokenizer.vocab_file == str(moved / "vocab.txt")
+    source = export_lib.resolve_source(model_dir=str(moved))
+    assert source.checkpoint == str(moved / "encoder")
+    assert source.description["hf_dir"] == OLD_MODEL.name
+    assert source.model.encoder.vocab_size == _lines(imported / "vocab.txt")
+
+
+@pytest.mark.parametrize("existing", ["import", "export"])
+def test_an_existing_output_dir_is_refused_without_overwrite(tmp_path, imported, existing,
+                                                             tiny_export, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(imported if existing == "import" else tiny_export, out)
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert import_model.main(["--import_dir", str(NEW_MODEL), "--output_dir", str(out)]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(out) in line and "--overwrite" in line
+    if existing == "export":  # --overwrite replaces only an import folder
+        assert import_model.main(["--import_dir", str(NEW_MODEL), "--output_dir", str(out),
+                                  "--overwrite"]) == 2
+        assert "not an import folder" in _error_line(capsys.readouterr().err)
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_overwrite_replaces_an_import_folder(tmp_path, imported, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(imported, out)
+    assert import_model.main(["--import_dir", str(NEW_MODEL), "--output_dir", str(out),
+                              "--overwrite"]) == 0
+    source = import_folder.check(str(out))
+    assert source["source_dir"].endswith(NEW_MODEL.name)
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.parametrize("damage", ["truncated_vocab", "no_source", "no_checkpoint"])
+def test_a_damaged_import_folder_is_refused_in_one_line_naming_the_file(
+        tmp_path, imported, damage, capsys):
+    from cmlm_tf.export import cli as export_cli
+
+    folder = tmp_path / "model"
+    shutil.copytree(imported, folder)
+    if damage == "truncated_vocab":
+        lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        (folder / "vocab.txt").write_text("".join(lines[:len(lines) // 2]), encoding="utf-8")
+        named = "vocab.txt"
+    elif damage == "no_source":
+        os.remove(folder / "source.json")
+        named = "source.json"
+    else:
+        os.remove(folder / "encoder.index")
+        named = "encoder"
+    with pytest.raises(import_folder.ImportFolderError, match=named):
+        configs.load_experiment_config([str(folder / "warm_start.yaml")])
+    rc = export_cli.main(["--model_dir", str(folder), "--export_dir", str(tmp_path / "out")])
+    assert rc == 2 and named in _error_line(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cmlm_tf_export_as_import_dir_is_refused_in_one_line(tmp_path, tiny_export, capsys):
+    for path in (tiny_export, tiny_export / "serving" / "1", tiny_export / "preprocessor"):
+        assert import_model.main(["--import_dir", str(path),
+                                  "--output_dir", str(tmp_path / "out")]) == 2
+        line = _error_line(capsys.readouterr().err)
+        assert "cmlm_tf export" in line and "--model_dir" in line
+    assert not (tmp_path / "out").exists()
+
+
+_KILLING_IMPORT = """
+import builtins, os, sys
+kill_at, count_file, watched = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+events = []
+
+def event(what):
+    events.append(what)
+    with open(count_file, "w") as f:
+        f.write(str(len(events)))
+    return len(events) == kill_at
+
+class HalfWriter:
+    # Writes half of what it is given, then the process dies, as under kill -9.
+    def __init__(self, file):
+        self.file = file
+    def write(self, data):
+        self.file.write(data[:len(data) // 2])
+        self.file.flush()
+        os._exit(137)
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        return self.file.__exit__(*exc)
+
+real_open = builtins.open
+def hooked_open(file, mode="r", *args, **kwargs):
+    handle = real_open(file, mode, *args, **kwargs)
+    if isinstance(file, (str, os.PathLike)) and "w" in mode \\
+            and os.path.abspath(file).startswith(watched) and event(("write", file)):
+        return HalfWriter(handle)
+    return handle
+
+def hooked(real):
+    def rename(src, dst, *args, **kwargs):
+        if any(os.path.abspath(p).startswith(watched) for p in (src, dst)) \\
+                and event(("rename", dst)):
+            os._exit(137)
+        return real(src, dst, *args, **kwargs)
+    return rename
+
+builtins.open = hooked_open
+os.rename, os.replace = hooked(os.rename), hooked(os.replace)
+from cmlm_tf import import_model
+sys.exit(import_model.main(sys.argv[4:]))
+"""
+
+
+def test_a_reimport_killed_at_each_write_keeps_a_whole_folder(tmp_path, imported, capsys):
+    """A re-import with --overwrite, killed at each of its file writes (half-way through the
+    write) and renames: the folder is the old import or the new one, whole, each time; the
+    next import removes the debris with a warning."""
+    script = tmp_path / "killing_import.py"
+    script.write_text(_KILLING_IMPORT, encoding="utf-8")
+    models = tmp_path / "models"
+    out = models / "model"
+    old_tokens = _lines(imported / "vocab.txt")
+    args = ["--import_dir", str(NEW_MODEL), "--output_dir", str(out), "--overwrite"]
+    kill_at, seen, debris_warned = 1, set(), False
+    while True:
+        shutil.rmtree(models, ignore_errors=True)
+        models.mkdir()
+        shutil.copytree(imported, out)
+        count = tmp_path / "events.txt"
+        count.write_text("0")
+        killed = subprocess.run(
+            [sys.executable, str(script), str(kill_at), str(count), str(models)] + args,
+            env=subprocess_env(), capture_output=True, text=True, timeout=3600)
+        if killed.returncode == 0:
+            break
+        assert killed.returncode == 137, killed.stderr
+        found = out
+        if not out.exists():  # killed between the renames: the old folder is set aside
+            olds = list(models.glob("model.old-*/export"))
+            assert len(olds) == 1, os.listdir(models)
+            found = olds[0]
+        source = import_folder.check(str(found))  # whole: old or new, never a mix
+        seen.add("old" if source["source_dir"].endswith(OLD_MODEL.name) else "new")
+        if seen == {"old"}:
+            assert _lines(found / "vocab.txt") == old_tokens
+        assert import_model.main(args) == 0
+        debris_warned |= "warning: removed" in capsys.readouterr().err
+        assert sorted(os.listdir(models)) == ["model"], kill_at
+        assert import_folder.check(str(out))["source_dir"].endswith(NEW_MODEL.name)
+        kill_at += 1
+    assert kill_at > 4 and "old" in seen and debris_warned, (kill_at, seen)
