@@ -19,7 +19,7 @@ import os
 import shutil
 from typing import Optional
 
-from cmlm_tf import run_dir, staged_folder
+from cmlm_tf import disk, run_dir, staged_folder
 
 WARM_START_FILE = "warm_start.yaml"
 SOURCE_FILE = "source.json"
@@ -76,31 +76,37 @@ def write(encoder, meta: dict, tokenizer, output_dir: str, source: dict,
     Returns:
         The path of `warm_start.yaml` in the published folder.
     """
-    import yaml
-
-    from cmlm_tf.modeling import sentence_encoder
-
     output_dir = check_output(output_dir, overwrite)
-    staging = staged_folder.owned_tempdir(output_dir)
+    with disk.reporting_disk_full(output_dir):
+        staging = staged_folder.owned_tempdir(output_dir)
     try:
-        sentence_encoder.write_encoder_checkpoint(encoder, staging, CHECKPOINT_NAME)
-        if meta["tokenizer_type"] == "xlmr_sentencepiece":
-            tokenizer_name = SP_MODEL_FILE
-            shutil.copyfile(tokenizer, os.path.join(staging, SP_MODEL_FILE))
-        else:
-            tokenizer_name = VOCAB_FILE
-            with open(os.path.join(staging, VOCAB_FILE), "w", encoding="utf-8") as f:
-                f.write("".join(token + "\n" for token in tokenizer))
-        with open(os.path.join(staging, SOURCE_FILE), "w", encoding="utf-8") as f:
-            json.dump({**source, "max_seq_length": meta["max_seq_length"]}, f, indent=2)
-        with open(os.path.join(staging, WARM_START_FILE), "w", encoding="utf-8") as f:
-            yaml.safe_dump(warm_start_config(meta, CHECKPOINT_NAME, tokenizer_name), f,
-                           sort_keys=False)
+        with disk.reporting_disk_full(output_dir):
+            _write_files(staging, encoder, meta, tokenizer, source)
         staged_folder.replace_dir(staging, output_dir, overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return os.path.join(output_dir, WARM_START_FILE)
+
+
+def _write_files(staging: str, encoder, meta: dict, tokenizer, source: dict) -> None:
+    import yaml
+
+    from cmlm_tf.modeling import sentence_encoder
+
+    sentence_encoder.write_encoder_checkpoint(encoder, staging, CHECKPOINT_NAME)
+    if meta["tokenizer_type"] == "xlmr_sentencepiece":
+        tokenizer_name = SP_MODEL_FILE
+        shutil.copyfile(tokenizer, os.path.join(staging, SP_MODEL_FILE))
+    else:
+        tokenizer_name = VOCAB_FILE
+        with open(os.path.join(staging, VOCAB_FILE), "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in tokenizer))
+    with open(os.path.join(staging, SOURCE_FILE), "w", encoding="utf-8") as f:
+        json.dump({**source, "max_seq_length": meta["max_seq_length"]}, f, indent=2)
+    with open(os.path.join(staging, WARM_START_FILE), "w", encoding="utf-8") as f:
+        yaml.safe_dump(warm_start_config(meta, CHECKPOINT_NAME, tokenizer_name), f,
+                       sort_keys=False)
 
 
 def warm_start_config(meta: dict, prefix: str, tokenizer_file: str) -> dict:

@@ -210,3 +210,15 @@ def test_a_reimport_killed_at_each_write_keeps_a_whole_folder(tmp_path, imported
         assert import_folder.check(str(out))["source_dir"].endswith(NEW_MODEL.name)
         kill_at += 1
     assert kill_at > 4 and "old" in seen and debris_warned, (kill_at, seen)
+
+
+def test_an_import_onto_a_full_disk_is_one_line_and_leaves_nothing(small_disk, capsys):
+    from tests.conftest import fill_disk
+
+    disk = small_disk("64k")
+    fill_disk(disk)
+    out = disk / "model"
+    assert import_model.main(["--import_dir", str(OLD_MODEL), "--output_dir", str(out)]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {out}: no space left on device"), line
+    assert sorted(os.listdir(disk)) == ["filler"]
