@@ -263,6 +263,84 @@ def quiet_tensorflow_logs() -> None:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if has_nvidia_driver else "3"
 
 
+# Lines libraries log at every checkpoint, which say nothing a user can act on.
+_CHATTER = ("Sharding callback duration", "Sync on async checkpoint saving")
+
+
+def _not_chatter(record) -> bool:
+    return not record.getMessage().startswith(_CHATTER)
+
+
+def _console_format(record, plain) -> str:
+    """A log line as the console shows it: the message alone, `warning: ` or `ERROR: `
+    before a warning or an error."""
+    text = plain.format(record)
+    if record.levelno >= 40:
+        return "ERROR: " + text
+    if record.levelno >= 30:
+        return "warning: " + text
+    return text
+
+
+def console_logging() -> None:
+    """Logs go to stderr through absl's handler, as plain lines (`console_logging` formats
+    them with `_console_format`): no `I1127 23:49:54.715357 140219995249536 file.py:137]`
+    prefix, and no per-checkpoint chatter of libraries. `log_file` keeps the full format."""
+    import logging
+
+    from absl import flags
+    from absl import logging as absl_logging
+
+    flags.FLAGS.mark_as_parsed()  # absl logging without absl.app: no flags of its own
+    absl_logging.use_absl_handler()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    handler = absl_logging.get_absl_handler().python_handler
+    plain = logging.Formatter("%(message)s")
+
+    class Console(logging.Formatter):
+        def format(self, record):
+            return _console_format(record, plain)
+
+    handler.setFormatter(Console())
+    if _not_chatter not in handler.filters:
+        handler.addFilter(_not_chatter)
+
+
+class log_file:  # noqa: N801 (used as a context manager, like open)
+    """Inside the block, every log line also goes to `path` in absl's full format (time,
+    thread, file and line), chatter included: the record of a run beside its checkpoints."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = path
+        self.handler = None
+
+    def __enter__(self):
+        import logging
+
+        from absl import logging as absl_logging
+
+        class FileHandler(logging.FileHandler):
+            def handleError(self, record):  # a full disk: the file stops, the run goes on
+                self.setLevel(logging.CRITICAL + 1)
+
+        if self.path:
+            try:
+                self.handler = FileHandler(self.path, encoding="utf-8")
+            except OSError:  # no log file rather than no run (a full disk, say)
+                return self
+            self.handler.setFormatter(absl_logging.PythonFormatter())
+            logging.getLogger().addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        import logging
+
+        if self.handler is not None:
+            logging.getLogger().removeHandler(self.handler)
+            self.handler.close()
+        return False
+
+
 def add_pcr_arguments(parser: argparse.ArgumentParser, languages: bool = True) -> None:
     """`--pcr`, `--pcr_file`, `--save_pcr` (and `--src_lang`/`--tgt_lang` when asked)."""
     group = parser.add_argument_group("principal component removal")

@@ -30,6 +30,8 @@ from typing import List, Optional
 from absl import logging
 
 LOCK_FILE = ".cmlm_tf.lock"
+# Every log line of the training runs in the folder, in absl's full format.
+LOG_FILE = "train.log"
 # The step whose final evaluation finished, in a `train_and_eval` run.
 EVALUATED_FILE = "evaluated.json"
 # The name of a run's checkpoints (`ckpt-<step>`), as Model Garden's trainer saves them.
@@ -413,19 +415,26 @@ def checkpoint_step(prefix: Optional[str]) -> int:
 
 def record_evaluation(model_dir: str, step: int) -> None:
     """Records that the final evaluation of `step` finished (`evaluated_step`)."""
-    if not is_local(model_dir):
-        return
     from cmlm_tf import disk
 
-    with disk.atomic_output(os.path.join(model_dir, EVALUATED_FILE)) as temp:
+    path = os.path.join(model_dir, EVALUATED_FILE)
+    if not is_local(model_dir):  # object stores write whole files
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(json.dumps({"step": int(step)}))
+        return
+    with disk.atomic_output(path) as temp:
         with open(temp, "w", encoding="utf-8") as f:
             json.dump({"step": int(step)}, f)
 
 
 def evaluated_step(model_dir: str) -> Optional[int]:
     """The step whose final evaluation finished, or None (none did, or unknown)."""
+    import tensorflow as tf
+
     try:
-        with open(os.path.join(model_dir, EVALUATED_FILE), encoding="utf-8") as f:
-            return int(json.load(f)["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+        with tf.io.gfile.GFile(os.path.join(model_dir, EVALUATED_FILE), "r") as f:
+            return int(json.loads(f.read())["step"])
+    except (tf.errors.OpError, OSError, ValueError, KeyError, TypeError):
         return None

@@ -8,7 +8,8 @@
 - `Runner`: Model Garden's `OrbitExperimentRunner` with that manager, a checkpoint of the
   step reached when training stops early, and the training input freed in the background
   (`release_in_background`);
-- `orbit_logs_once`: Orbit's metric lines logged once, as plain numbers, inside a block;
+- `orbit_logs_once`: Orbit's metric lines logged once, as plain numbers, without its restore
+  lines and steps/s (the project logs its own), inside a block;
 - `report_malformed_records`: the count of skipped records, logged and summarised.
 
 `cmlm_tf.train` builds the params and the task and runs these; it imports this module only
@@ -18,6 +19,7 @@ when it trains, so its `--help` and argument errors come before TensorFlow.
 import contextlib
 import json
 import os
+import re
 import time
 
 import tensorflow as tf
@@ -475,11 +477,24 @@ def orbit_logs_once():
         return " ".join(f"{key} {_plain(value)}" for key, value in sorted(output.items()))
 
     saved = controller._log, controller._format_output
-    controller._log, controller._format_output = logging.info, format_output
+    controller._log, controller._format_output = _orbit_line, format_output
     try:
         yield
     finally:
         controller._log, controller._format_output = saved
+
+
+# Orbit's lines that repeat the project's own: its restore lines (CheckpointManager logs
+# one), and its steps/s (the heartbeat's figure is over the same steps, without the
+# compilation and the checkpoints Orbit's timer counts).
+_ORBIT_RESTORE_LINES = ("restoring or initializing model", "restoring model from",
+                        "restored model from", "restored from checkpoint")
+
+
+def _orbit_line(message: str) -> None:
+    if message.startswith(_ORBIT_RESTORE_LINES):
+        return
+    logging.info("%s", re.sub(r" \| steps/sec: *[0-9.]+", "", message))
 
 
 def _plain(value) -> str:

@@ -161,7 +161,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
     from official.core import task_factory, train_utils
     from official.modeling import performance
 
-    from cmlm_tf import disk, run_dir, runner
+    from cmlm_tf import cli, disk, run_dir, runner
     from cmlm_tf.training import steps
 
     if mode not in MODES:
@@ -178,6 +178,9 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
         if not os.access(model_dir, os.W_OK) and run_dir.is_local(model_dir):
             raise ValueError(f"--model_dir {model_dir}: not writable")
         lock.acquire()
+    log = cli.log_file(os.path.join(model_dir, run_dir.LOG_FILE) if training and
+                       runner.is_chief() and run_dir.is_local(model_dir) else None)
+    log.__enter__()
     try:
         if runner.is_chief():
             run_dir.remove_temp_checkpoints(model_dir)
@@ -185,6 +188,14 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
         else:
             latest = run_dir.latest_checkpoint(model_dir)
         start_step = run_dir.checkpoint_step(latest)
+        if training and start_step >= params.trainer.train_steps and (
+                mode == "train" or run_dir.evaluated_step(model_dir) == start_step):
+            # Nothing to train or evaluate: said in one line, without building the task.
+            logging.info("already finished: step %d of trainer.train_steps=%d in %s; latest "
+                         "checkpoint %s (raise trainer.train_steps to train further)",
+                         start_step, params.trainer.train_steps, model_dir,
+                         os.path.basename(latest))
+            return None, {}
         params = prepare_vocabulary(params, model_dir)
         runtime = params.runtime
         if strategy is None:
@@ -237,6 +248,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
                          os.path.basename(run_dir.latest_checkpoint(model_dir) or "none"))
         return result
     finally:
+        log.__exit__(None, None, None)
         lock.release()
 
 
@@ -261,11 +273,7 @@ def main(argv=None) -> int:
                 + f" (registered: {', '.join(experiments.EXPERIMENTS)})")
         for name in args.config_file:
             names.check_recipe(name)
-        from absl import flags, logging
-
-        flags.FLAGS.mark_as_parsed()  # absl logging without absl.app: no flags of its own
-        logging.use_absl_handler()
-        logging.set_verbosity(logging.INFO)
+        cli.console_logging()
         params = build_params(args.experiment, args.config_file, args.params_override,
                               args.tpu)
         run(params, args.model_dir, args.mode)

@@ -222,3 +222,22 @@ def test_an_import_onto_a_full_disk_is_one_line_and_leaves_nothing(small_disk, c
     line = _error_line(capsys.readouterr().err)
     assert line.startswith(f"error: {out}: no space left on device"), line
     assert sorted(os.listdir(disk)) == ["filler"]
+
+
+def test_a_run_folder_whose_vocabulary_was_cut_is_refused_by_the_export(
+        tmp_path, tiny_run_dir, capsys):
+    from cmlm_tf.export import cli as export_cli
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    vocab_file = configs.load_experiment_config([str(run / "params.yaml")]) \
+        .task.model.tokenizer.vocab_file
+    copy = tmp_path / "vocab.txt"
+    lines = open(vocab_file, encoding="utf-8").read().splitlines(keepends=True)
+    copy.write_text("".join(lines[:-3]), encoding="utf-8")
+    params = (run / "params.yaml").read_text(encoding="utf-8")
+    (run / "params.yaml").write_text(params.replace(vocab_file, str(copy)), encoding="utf-8")
+    rc = export_cli.main(["--model_dir", str(run), "--export_dir", str(tmp_path / "out")])
+    line = _error_line(capsys.readouterr().err)
+    assert rc == 2 and str(copy) in line and "embedding table" in line, line
+    assert not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ a BERT checkpoint on the fly. Arguments are checked before TensorFlow is importe
 """
 
 import argparse
+import os
 import sys
 
 # Standard library only at import time: errors in the arguments come before TensorFlow.
@@ -62,11 +63,26 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
     def body():
         # Said at once (the export itself takes seconds to minutes, and ends with its path).
         print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
-        path = export_lib.export(args.export_dir, model_dir=args.model_dir,
-                                 checkpoint=args.checkpoint, encoder_key=args.encoder_key,
-                                 hf_dir=args.hf_dir, seq_length=args.seq_length,
-                                 overwrite=args.overwrite, tflite=args.tflite,
-                                 classic_wordpiece=args.classic_wordpiece)
+        stage = cli.Stages("export")  # its timer runs from here: TensorFlow loads slowly
+        stage("starting TensorFlow")
+        try:
+            if args.model_dir and args.overwrite and os.path.isdir(args.export_dir):
+                options = export_lib.export_options(args.seq_length, args.tflite,
+                                                    args.classic_wordpiece, args.encoder_key)
+                current = export_lib.up_to_date(args.export_dir, args.model_dir,
+                                                args.checkpoint, options)
+                if current is not None:
+                    print(f"{args.export_dir} is up to date with {current} of "
+                          f"{args.model_dir}: nothing to export (remove it, or change a "
+                          "flag, to export again)")
+                    return
+            path = export_lib.export(args.export_dir, model_dir=args.model_dir,
+                                     checkpoint=args.checkpoint, encoder_key=args.encoder_key,
+                                     hf_dir=args.hf_dir, seq_length=args.seq_length,
+                                     overwrite=args.overwrite, tflite=args.tflite,
+                                     classic_wordpiece=args.classic_wordpiece, stage=stage)
+        finally:
+            stage.done()
         print(f"exported to {path}")
 
     return cli.run_main(body)

@@ -151,6 +151,51 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                         description=description)
 
 
+def export_options(seq_length: Optional[int], tflite: bool, classic_wordpiece: bool,
+                   encoder_key: str) -> dict:
+    """The export's flags as its metadata records them (`options`)."""
+    return {"seq_length": seq_length, "tflite": bool(tflite),
+            "classic_wordpiece": bool(classic_wordpiece), "encoder_key": encoder_key}
+
+
+def up_to_date(export_dir: str, model_dir: str, checkpoint: Optional[str],
+               options: dict) -> Optional[str]:
+    """The checkpoint's name when `export_dir` is a whole export of the checkpoint that
+    `model_dir` (and `checkpoint`) name now, made by this cmlm_tf version with the same
+    `options` (the export's flags); else None. Reads and hashes the checkpoint."""
+    import cmlm_tf
+
+    try:
+        with open(os.path.join(export_dir, METADATA_FILE), encoding="utf-8") as f:
+            meta = json.load(f)
+        source = resolve_source(model_dir=model_dir, checkpoint=checkpoint)
+    except (OSError, ValueError):
+        return None  # the export itself says why, if it fails too
+    same = (isinstance(meta, dict) and meta.get("options") == options
+            and meta.get("format_version") == FORMAT_VERSION
+            and meta.get("cmlm_tf_version") == cmlm_tf.__version__
+            and meta.get("encoder") == source.model.encoder.as_dict()
+            and all(os.path.isfile(os.path.join(export_dir, name, "saved_model.pb"))
+                    for name in SAVED_MODELS)
+            and (meta.get("source") or {}).get("checkpoint_sha256")
+            == checkpoint_sha256(source.checkpoint))
+    return os.path.basename(source.checkpoint) if same else None
+
+
+def check_vocabulary_fits(model, vocab_size: int) -> None:
+    """Refuses a tokenizer that does not belong to the encoder: a WordPiece vocabulary with
+    another number of tokens than the embedding table has rows (a file cut short, or another
+    model's), or a SentencePiece model with more pieces than rows."""
+    rows = model.encoder.vocab_size
+    wordpiece = model.tokenizer.type == "wordpiece"
+    if vocab_size == rows or (not wordpiece and vocab_size < rows):
+        return
+    path = model.tokenizer.vocab_file if wordpiece else model.tokenizer.sp_model_file
+    raise ValueError(f"{path}: {vocab_size} tokens, but the encoder's embedding table has "
+                     f"{rows} rows (task.model.encoder.vocab_size): the tokenizer does not "
+                     "belong to this checkpoint")
+
+
 def _base_name(path: str) -> str:
     """The last component of a path: model cards and metadata record no local paths."""
     return os.path.basename(os.path.normpath(path)) if path else ""
@@ -432,8 +477,11 @@ curl -d '{{"signature_name": "serving_default", "instances": [{{"sentences": "He
 def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
            encoder_key: str = "encoder", hf_dir: Optional[str] = None,
            seq_length: Optional[int] = None, overwrite: bool = False,
-           tflite: bool = False, classic_wordpiece: bool = False) -> str:
+           tflite: bool = False, classic_wordpiece: bool = False, stage=None) -> str:
     """Writes the SavedModels, the model card and the metadata; returns `export_dir`.
+
+    `stage`: the `cli.Stages` that reports the export's progress (the command's, started
+    before TensorFlow is imported); a new one by default.
 
     With `tflite`, also `OUT/tflite/` (`cmlm_tf.export.tflite.write_tflite`). With
     `classic_wordpiece`, WordPiece `serving/1` tokenizes with the classic TF-Text ops, which
@@ -447,7 +495,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     from cmlm_tf.modeling import inference_forward, sentence_encoder
 
     export_dir = os.path.abspath(export_dir)
-    stage = cli.Stages("export")
+    stage = stage or cli.Stages("export")
     check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir, checkpoint=checkpoint)
     parent = os.path.dirname(export_dir)
     with disk.reporting_disk_full(export_dir):
@@ -473,6 +521,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             find_source if model_dir and not checkpoint else None)
         checkpoint_hash = checkpoint_sha256(source.checkpoint)
         model = source.model
+        seq_length_flag = seq_length
         seq_length = int(seq_length or source.seq_length)
         if not 2 < seq_length <= model.encoder.max_position_embeddings:
             raise ValueError(
@@ -482,6 +531,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             model.tokenizer, fast_wordpiece=not classic_wordpiece)
         implementation = tokenization.tokenizer_implementation(tokenizer)
         vocab_size = tokenization.special_token_ids(tokenizer)["vocab_size"]
+        check_vocabulary_fits(model, vocab_size)
         if implementation["name"] == "wordpiece":
             # The classic tokenizer reads its vocabulary from a file: a neutral copy, so no
             # local path leaks into the models (the fast one holds its vocabulary itself).
@@ -528,6 +578,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
                           "implementation": implementation},
             "source": {**source.description, "checkpoint_sha256": checkpoint_hash},
             "encoder_key": encoder_key,
+            "options": export_options(seq_length_flag, tflite, classic_wordpiece, encoder_key),
             "signatures": {name: {"inputs": inputs, "outputs": outputs}
                            for name, (inputs, outputs) in serving.SIGNATURES.items()},
             "precisions": list(module.forward.precisions),

@@ -140,9 +140,9 @@ def test_raising_train_steps_continues_training(tmp_path):
     assert "learning rate is 0 from step 20" in lines[-1] and "decay_steps" in lines[-1]
     assert not (run_dir / "ckpt-30.index").exists()
     assert "train_steps: 20" in (run_dir / "params.yaml").read_text()  # not overwritten
-    # Resuming a finished run logs what it restored, not a list of unrestored values.
+    # Rerunning a finished run says so, not a list of unrestored values.
     again = _train(*common, f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps=20")
-    assert again.returncode == 0 and "restored step 20 from ckpt-20" in again.stderr
+    assert again.returncode == 0 and "already finished: step 20 of" in again.stderr
     assert "Unresolved object" not in again.stderr and "could not be found" not in again.stderr
 
 

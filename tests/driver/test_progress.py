@@ -212,3 +212,62 @@ def test_a_long_run_gives_its_eta_a_chunk_after_the_compiling_step():
     progress = PROGRESS.match(text)
     assert progress.group(1) == "2" and float(progress.group(3)) == 0.25, text
     assert progress.group(5) == "2h13m", text  # 1,998 steps at 0.25 steps/s
+
+
+_FIRST_STAGE = """
+import sys
+from cmlm_tf import cli
+real = cli.Stages.__call__
+def call(self, what):
+    if not hasattr(cli, "first_stage"):
+        cli.first_stage = what
+        print(f"first stage: {what}; tensorflow imported: {'tensorflow' in sys.modules}")
+    return real(self, what)
+cli.Stages.__call__ = call
+from cmlm_tf.export import cli as export_cli
+sys.exit(export_cli.main(sys.argv[1:]))
+"""
+
+
+def test_the_export_stage_timer_runs_from_before_tensorflow_loads(tmp_path, tiny_run_dir):
+    """The first stage, whose timer prints a line every 10 s of silence, begins before
+    TensorFlow is imported: starting TensorFlow is part of what the timer covers."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FIRST_STAGE, "--model_dir", str(tiny_run_dir),
+         "--export_dir", str(tmp_path / "out")], capture_output=True, text=True,
+        env=subprocess_env(), cwd=REPO_DIR, timeout=3600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "first stage: starting TensorFlow; tensorflow imported: False" in result.stdout
+
+
+def test_training_logs_are_plain_lines_with_the_full_format_in_the_run_folder(tmp_path):
+    """A resumed run: no absl prefix on the console, no per-checkpoint chatter from
+    libraries, one "restored" line, one steps/s figure; MODEL_DIR/train.log has every line
+    in absl's full format."""
+    from cmlm_tf import run_dir
+
+    model_dir = tmp_path / "run"
+
+    def train(steps):
+        return subprocess.run(
+            [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
+             "--config_file=cmlm_tiny", "--mode=train", f"--model_dir={model_dir}",
+                     f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps},"
+                     "trainer.steps_per_loop=5,trainer.checkpoint_interval=5,"
+                     "trainer.summary_interval=5"],
+            capture_output=True, text=True, env=subprocess_env(), cwd=REPO_DIR, timeout=3600)
+
+    assert train(5).returncode == 0
+    resumed = train(10)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = resumed.stderr.splitlines()
+    prefixed = [line for line in lines if re.match(r"^[IWEF]\d{4} \d\d:\d\d:\d\d", line)]
+    assert not prefixed, prefixed
+    assert not [line for line in lines if "Sharding callback" in line or "Sync on async" in line]
+    assert [line for line in lines if "restor" in line] == ["restored step 5 from ckpt-5"]
+    assert not [line for line in lines if "steps/sec" in line]
+    assert len([line for line in lines if "steps/s" in line]) >= 1
+    assert "finished: step 10" in lines[-1]
+    log = (model_dir / run_dir.LOG_FILE).read_text(encoding="utf-8")
+    assert re.search(r"^I\d{4} .* train\.py:\d+\] finished: step 10 ", log, re.M), log[-2000:]
+    assert "Sharding callback" in log or "Sync on async" in log  # kept in the file

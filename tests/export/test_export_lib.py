@@ -222,3 +222,27 @@ def test_unknown_encoder_key_names_the_items_the_checkpoint_has(tmp_path, tiny_r
     assert f"{tiny_run_dir / 'ckpt-1'}: the checkpoint has no item 'nope'" in err
     assert "(its items: encoder)" in err and "does not fit" not in err
     assert not list(tmp_path.iterdir())
+
+
+def test_an_export_up_to_date_with_its_checkpoint_is_not_redone(tmp_path, tiny_run_dir,
+                                                                capsys):
+    """`--overwrite` on an export of the same checkpoint with the same flags: one line, the
+    export untouched. Another checkpoint or another flag exports again."""
+    import shutil
+
+    from cmlm_tf.export import cli as export_cli
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    out = tmp_path / "out"
+    args = ["--model_dir", str(run), "--export_dir", str(out), "--overwrite"]
+    assert export_cli.main(args) == 0
+    written = (out / "cmlm_tf_export.json").read_text()
+    capsys.readouterr()
+    assert export_cli.main(args) == 0
+    said = capsys.readouterr().out
+    assert f"{out} is up to date with " in said and "exported to" not in said, said
+    assert (out / "cmlm_tf_export.json").read_text() == written
+    assert export_cli.main(args + ["--seq_length", "10"]) == 0  # another flag
+    assert "exported to" in capsys.readouterr().out
+    assert json.loads((out / "cmlm_tf_export.json").read_text())["seq_length"] == 10
