@@ -203,3 +203,47 @@ def test_every_test_the_docs_name_exists():
                                         re.MULTILINE):
                 missing.append(f"{path.name}: {file}::{name}")
     assert not missing, missing
+
+
+def _python_blocks(path):
+    """(line, code) of each fenced ```python block of `path`."""
+    blocks, code, start = [], None, 0
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if code is None and line.strip() == "```python":
+            code, start = [], number + 1
+        elif code is not None and line.strip() == "```":
+            blocks.append((start, "\n".join(code) + "\n"))
+            code = None
+        elif code is not None:
+            code.append(line)
+    return blocks
+
+
+# Snippets that need a running model server are not run here (docs/serving.md runs a
+# server's requests in tests/export/test_serving.py).
+_SERVER_SNIPPETS = ("grpc", "requests.post")
+SNIPPETS = [(page, number, code) for page in ("README.md", "docs/serving.md")
+            for number, code in _python_blocks(REPO_DIR / page)
+            if not any(word in code for word in _SERVER_SNIPPETS)]
+
+
+@pytest.mark.parametrize("page,number,code", SNIPPETS,
+                         ids=[f"{page}:{number}" for page, number, _ in SNIPPETS])
+def test_python_snippets_run_quietly(page, number, code, tiny_export, minilm_export,
+                                     tmp_path):
+    """Each snippet runs as a user would paste it (exports at the paths it names), exits 0
+    and writes nothing to stderr: no TensorFlow start-up lines, no CUDA errors."""
+    import os
+    import subprocess
+    import sys
+
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    os.symlink(tiny_export, exports / "cmlm_tiny")
+    os.symlink(minilm_export, exports / "all-MiniLM-L6-v2")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(REPO_DIR)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=3600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.strip() == "", result.stderr[-3000:]

@@ -199,9 +199,40 @@ def load_interpreter(path: str, num_threads: Optional[int] = None):
     import tensorflow_text
     from ai_edge_litert import interpreter as litert
 
-    return litert.InterpreterWithCustomOps(
-        model_path=path, num_threads=num_threads,
-        custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
+    # LiteRT announces its default CPU delegate on stderr from C++, whatever the log level.
+    # The delegate is applied when tensors are first allocated: done here, quietly.
+    with _without_stderr_lines(_DELEGATE_NOTICE):
+        interpreter = litert.InterpreterWithCustomOps(
+            model_path=path, num_threads=num_threads,
+            custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
+        interpreter.allocate_tensors()
+    return interpreter
+
+
+_DELEGATE_NOTICE = "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+
+
+@contextlib.contextmanager
+def _without_stderr_lines(notice: str):
+    """Inside the block, what native code writes to file descriptor 2 is held back; after
+    it, every line but `notice` is written to stderr (errors still reach the user)."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode("utf-8", errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if line.strip() != notice)
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
 
 
 def embed(interpreter, signature: str = "serving_default", **inputs) -> np.ndarray:
