@@ -26,8 +26,13 @@ def register_with_tensorflow() -> None:
 def _register() -> None:
     try:
         import tensorflow_text  # noqa: F401  (registers the ops on import)
-    except ImportError:  # reading an export then says which op is missing
-        pass
+    except ImportError as error:
+        import warnings
+
+        warnings.warn(
+            f"cmlm_tf: import tensorflow_text failed ({error}); the exports' preprocessor/ "
+            "and serving/1 need its ops: pip install 'tensorflow-text~=2.20.0', then "
+            "import tensorflow_text before loading them", RuntimeWarning, stacklevel=2)
 
 
 class _AfterTensorFlow(importlib.abc.MetaPathFinder):

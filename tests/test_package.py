@@ -124,3 +124,13 @@ def test_import_cmlm_tf_registers_the_text_ops_the_exports_need(tiny_export, fir
         assert result.stdout.split() == ["1", "1"]
     else:
         assert result.returncode != 0 and "not registered" in result.stderr
+
+
+def test_without_tensorflow_text_the_warning_says_import_tensorflow_text():
+    code = ("import sys; sys.modules['tensorflow_text'] = None\n"
+            "import cmlm_tf, tensorflow\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR,
+                            env=dict(os.environ, PYTHONPATH=str(REPO_DIR)),
+                            capture_output=True, text=True, timeout=3600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "import tensorflow_text" in result.stderr and "pip install" in result.stderr

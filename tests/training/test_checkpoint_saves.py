@@ -124,3 +124,27 @@ def test_a_run_killed_while_recording_its_first_checkpoint_resumes_from_it(tmp_p
     skipped = re.search(r"resuming the input after (\d+) batches", rerun.stderr)
     assert skipped and skipped.group(1) == "5", rerun.stderr[-3000:]
     assert "finished: step 8" in rerun.stderr
+
+
+def test_a_second_ctrl_c_during_the_stops_own_save_still_saves_and_records(tmp_path,
+                                                                          monkeypatch):
+    """The first Ctrl-C stopped the loop; the second comes while the stop saves the step
+    reached: that save finishes, is recorded, and the stop reports it."""
+    import types
+
+    manager, step = _manager(tmp_path)
+    step.assign(10)
+    manager.save(checkpoint_number=10)
+    real = tf.train.Checkpoint._write
+
+    def interrupting(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", interrupting)
+    step.assign(17)
+    stopping = types.SimpleNamespace(trainer=types.SimpleNamespace(global_step=step),
+                                     checkpoint_manager=manager, model_dir=str(tmp_path))
+    runner.Runner._save_stopped(stopping, "interrupted")
+    assert run_dir.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-17")
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-17")
