@@ -4,7 +4,10 @@ r"""Builds a bitext training file and held-out retrieval sets, split by English 
         [--heldout_share 0.1] [--langs es,de,fr,ja,ru,zh_CN] [--max_heldout 1000]
 
 Sources: the English–Spanish Bible (`bible/eng_kjv.txt`, `bible/spa_rv1909.txt`) and the
-Debian Installation Guide paragraph pairs (`install_guide/<lang>.tsv`, English first).
+Debian Installation Guide paragraph pairs (`install_guide/<lang>.tsv`, English first). Where
+`--shared_data` has no `bible/` (a clone on its own, offline), or with `--bundled`, the
+4,783 English-Spanish verse pairs bundled in `cmlm_tf/data/corpus/` (Matthew to Acts) are
+used instead, without the Installation Guide, with a warning.
 
 The Installation Guide's English paragraphs recur across its 18 languages, and the Bible
 repeats verses, so a split by line would leak held-out sentences into training. Here every
@@ -41,6 +44,23 @@ def bible_pairs(folder: str):
             yield english.strip(), spanish.strip()
 
 
+# The bundled verses: Matthew 1:1 to Acts 28:31 of the same alignment (docs/data.md).
+BUNDLED = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "cmlm_tf", "data", "corpus", name)
+           for name in ("bible_en_es.tsv", "bible_en_es_heldout.tsv")]
+BUNDLED_PAIRS = 4115 + 668
+
+
+def bundled_bible_pairs():
+    """(English, Spanish) of the verse pairs bundled with cmlm_tf."""
+    for path in BUNDLED:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) == 2:
+                    yield fields[0].strip(), fields[1].strip()
+
+
 def _guide(shared: str, lang: str):
     with open(os.path.join(shared, "install_guide", f"{lang}.tsv"), encoding="utf-8") as f:
         for line in f:
@@ -58,17 +78,26 @@ def main(argv=None) -> int:
                         help="Installation Guide languages to include")
     parser.add_argument("--max_heldout", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--bundled", action="store_true",
+                        help="use only the Bible verses bundled with cmlm_tf (works offline; "
+                             "taken by itself when --shared_data has no bible/)")
     args = parser.parse_args(argv)
-    if not os.path.isdir(os.path.join(args.shared_data, "bible")):
-        print(f"error: {args.shared_data}/bible: not found (--shared_data)", file=sys.stderr)
-        return 2
-    sources = {"bible_es": ("es", bible_pairs(os.path.join(args.shared_data, "bible")))}
-    for lang in [x for x in args.langs.split(",") if x]:
-        path = os.path.join(args.shared_data, "install_guide", f"{lang}.tsv")
-        if not os.path.exists(path):
-            print(f"error: {path}: not found (--langs)", file=sys.stderr)
-            return 2
-        sources[f"guide_{lang}"] = (lang, _guide(args.shared_data, lang))
+    bible = os.path.join(args.shared_data, "bible")
+    if args.bundled or not os.path.isdir(bible):
+        if not args.bundled:
+            print(f"warning: {bible}: not found (--shared_data); using the {BUNDLED_PAIRS:,} "
+                  "English-Spanish verse pairs bundled with cmlm_tf instead, without the "
+                  "Installation Guide (docs/data.md#public-data-sets says how to get the "
+                  "full sets)", file=sys.stderr)
+        sources = {"bible_es": ("es", bundled_bible_pairs())}
+    else:
+        sources = {"bible_es": ("es", bible_pairs(bible))}
+        for lang in [x for x in args.langs.split(",") if x]:
+            path = os.path.join(args.shared_data, "install_guide", f"{lang}.tsv")
+            if not os.path.exists(path):
+                print(f"error: {path}: not found (--langs)", file=sys.stderr)
+                return 2
+            sources[f"guide_{lang}"] = (lang, _guide(args.shared_data, lang))
 
     os.makedirs(os.path.join(args.output, "heldout"), exist_ok=True)
     train, counts = [], {}
