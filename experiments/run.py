@@ -419,8 +419,17 @@ def prepare(needs, ctx: Context) -> None:
     """Builds what the claim's arms read, once, under RESULTS/data (one runner at a time:
     runners started side by side wait for the first)."""
     os.makedirs(ctx.data, exist_ok=True)
-    with run_dir.folder_lock(ctx.data):
+    with _runners_lock(ctx.data):
         _prepare(needs, ctx)
+
+
+def _runners_lock(folder: str):
+    """The lock runners take to write in `folder` one at a time: on `folder/.runners`, not
+    on `folder` itself, which the commands they start lock to publish their outputs there
+    (an import or an export publishes into its parent folder under that folder's lock)."""
+    lock = os.path.join(folder, ".runners")
+    os.makedirs(lock, exist_ok=True)
+    return run_dir.folder_lock(lock)
 
 
 def _prepare(needs, ctx: Context) -> None:
@@ -468,7 +477,7 @@ def ensure_init(seed: int, ctx: Context, owner: str) -> str:
     started side by side (`--arms`) wait for the one writing it."""
     directory = os.path.join(ctx.data, "init", f"seed{seed}")
     os.makedirs(os.path.dirname(directory), exist_ok=True)
-    with run_dir.folder_lock(os.path.dirname(directory)):
+    with _runners_lock(os.path.dirname(directory)):
         if os.path.exists(os.path.join(directory, "encoder.index")):
             return directory
         experiment, config_files = TINY_INIT
