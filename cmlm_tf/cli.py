@@ -7,6 +7,7 @@ Nothing here imports TensorFlow at import time: `--help` and argument errors sta
 """
 
 import argparse
+import logging
 import os
 import sys
 from typing import Callable, Optional, Sequence
@@ -271,23 +272,26 @@ def _not_chatter(record) -> bool:
     return not record.getMessage().startswith(_CHATTER)
 
 
-def _console_format(record, plain) -> str:
+class ConsoleFormatter(logging.Formatter):
     """A log line as the console shows it: the message alone, `warning: ` or `ERROR: `
     before a warning or an error."""
-    text = plain.format(record)
-    if record.levelno >= 40:
-        return "ERROR: " + text
-    if record.levelno >= 30:
-        return "warning: " + text
-    return text
+
+    def __init__(self):
+        super().__init__("%(message)s")
+
+    def format(self, record) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.ERROR:
+            return "ERROR: " + text
+        if record.levelno >= logging.WARNING:
+            return "warning: " + text
+        return text
 
 
 def console_logging() -> None:
-    """Logs go to stderr through absl's handler, as plain lines (`console_logging` formats
-    them with `_console_format`): no `I1127 23:49:54.715357 140219995249536 file.py:137]`
-    prefix, and no per-checkpoint chatter of libraries. `log_file` keeps the full format."""
-    import logging
-
+    """Logs go to stderr through absl's handler, as plain lines (`ConsoleFormatter`): no
+    `I1127 23:49:54.715357 140219995249536 file.py:137]` prefix, and no per-checkpoint
+    chatter of libraries. `log_file` keeps the full format."""
     from absl import flags
     from absl import logging as absl_logging
 
@@ -295,15 +299,17 @@ def console_logging() -> None:
     absl_logging.use_absl_handler()
     absl_logging.set_verbosity(absl_logging.INFO)
     handler = absl_logging.get_absl_handler().python_handler
-    plain = logging.Formatter("%(message)s")
-
-    class Console(logging.Formatter):
-        def format(self, record):
-            return _console_format(record, plain)
-
-    handler.setFormatter(Console())
+    handler.setFormatter(ConsoleFormatter())
     if _not_chatter not in handler.filters:
         handler.addFilter(_not_chatter)
+
+
+class _QuietFileHandler(logging.FileHandler):
+    """A log file that stops, silently, when it cannot be written (a full disk): the run
+    it records goes on."""
+
+    def handleError(self, record):
+        self.setLevel(logging.CRITICAL + 1)
 
 
 class log_file:  # noqa: N801 (used as a context manager, like open)
@@ -315,17 +321,11 @@ class log_file:  # noqa: N801 (used as a context manager, like open)
         self.handler = None
 
     def __enter__(self):
-        import logging
-
         from absl import logging as absl_logging
-
-        class FileHandler(logging.FileHandler):
-            def handleError(self, record):  # a full disk: the file stops, the run goes on
-                self.setLevel(logging.CRITICAL + 1)
 
         if self.path:
             try:
-                self.handler = FileHandler(self.path, encoding="utf-8")
+                self.handler = _QuietFileHandler(self.path, encoding="utf-8")
             except OSError:  # no log file rather than no run (a full disk, say)
                 return self
             self.handler.setFormatter(absl_logging.PythonFormatter())
@@ -333,8 +333,6 @@ class log_file:  # noqa: N801 (used as a context manager, like open)
         return self
 
     def __exit__(self, *exc):
-        import logging
-
         if self.handler is not None:
             logging.getLogger().removeHandler(self.handler)
             self.handler.close()

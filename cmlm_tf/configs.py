@@ -303,20 +303,15 @@ def load_experiment_config(
     `trainer.train_steps` (`follow_train_steps`).
 
     A relative `task.init_checkpoint`, `vocab_file` or `sp_model_file` that names a file
-    beside the YAML file is read from there (an import folder's `warm_start.yaml`, moved or
-    not), and an import folder is checked (`import_folder.check`). YAML is read with the
-    safe loader. An unknown key, a wrong type or an unreadable file raises ValueError
-    (FileNotFoundError for a missing one) naming it.
+    beside the YAML file is read from there (`resolve_relative`: an import folder's
+    `warm_start.yaml`, moved or not). YAML is read with the safe loader. An unknown key, a
+    wrong type or an unreadable file raises ValueError (FileNotFoundError for a missing one)
+    naming it.
     """
-    from cmlm_tf import import_folder
-
     params = base if base is not None else SentenceExperimentConfig()
     for name in config_files or []:
         path = resolve_recipe(name)
-        folder = os.path.dirname(path)
-        mapping = import_folder.resolve_relative(read_yaml_mapping(path), folder)
-        if os.path.basename(path) == import_folder.WARM_START_FILE:
-            import_folder.check(folder, mapping)
+        mapping = resolve_relative(read_yaml_mapping(path), os.path.dirname(path))
         try:
             params.override(mapping, is_strict=True)
         except (KeyError, TypeError, AttributeError) as e:
@@ -333,6 +328,37 @@ def load_experiment_config(
     resolve_bundled_paths(params)
     follow_train_steps(params)
     return params
+
+
+# The fields of a config file read relative to the file's folder when they name a file
+# there: the model's own files.
+RELATIVE_FIELDS = (("task", "init_checkpoint"), ("task", "model", "tokenizer", "vocab_file"),
+                   ("task", "model", "tokenizer", "sp_model_file"))
+
+
+def resolve_relative(mapping: dict, folder: str) -> dict:
+    """`mapping` (a config file's content) with each RELATIVE_FIELDS path that is relative
+    and names a file in `folder` (a checkpoint: its `.index`) joined to `folder`; the
+    caller's mapping is left as it was."""
+    resolved = dict(mapping)
+    for keys in RELATIVE_FIELDS:
+        node = resolved
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            continue
+        value = node.get(keys[-1])
+        if not isinstance(value, str) or not value or os.path.isabs(value) or "://" in value:
+            continue
+        candidate = os.path.join(folder, value)
+        if not (os.path.exists(candidate) or os.path.exists(candidate + ".index")):
+            continue
+        node = resolved  # copied down to the field
+        for key in keys[:-1]:
+            node[key] = dict(node[key])
+            node = node[key]
+        node[keys[-1]] = candidate
+    return resolved
 
 
 def override_error(params: hyperparams.Config, mapping: dict, error: Exception) -> str:

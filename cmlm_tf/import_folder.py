@@ -7,7 +7,7 @@ reader's checks.
     OUT/source.json                         where the weights came from, max_seq_length
 
 The folder is self-contained: the paths in `warm_start.yaml` are relative to the folder
-(`configs.load_experiment_config` reads them so), so it can be moved or copied. It is
+(`configs.resolve_relative` reads them so), so it can be moved or copied. It is
 published whole (`cmlm_tf.staged_folder`): written into a staging sibling and renamed into
 place as the last step, never changed in place, and an existing OUT is replaced only with
 `overwrite`. A reader (`check`) finds every file there and the vocabulary as long as the
@@ -19,17 +19,13 @@ import os
 import shutil
 from typing import Optional
 
-from cmlm_tf import disk, run_dir, staged_folder
+from cmlm_tf import configs, disk, run_dir, staged_folder
 
 WARM_START_FILE = "warm_start.yaml"
 SOURCE_FILE = "source.json"
 CHECKPOINT_NAME = "encoder"
 VOCAB_FILE = "vocab.txt"
 SP_MODEL_FILE = "sentencepiece.bpe.model"
-# The fields of a config file read relative to the file's folder when they name a file
-# there: the model's own files.
-RELATIVE_FIELDS = (("task", "init_checkpoint"), ("task", "model", "tokenizer", "vocab_file"),
-                   ("task", "model", "tokenizer", "sp_model_file"))
 _EMBEDDINGS = "/bert/_embedding_layer/embeddings/"
 
 
@@ -113,8 +109,6 @@ def warm_start_config(meta: dict, prefix: str, tokenizer_file: str) -> dict:
     """`warm_start.yaml`'s content: the encoder and tokenizer of `meta`, the encoder
     checkpoint `prefix` and the vocabulary or SentencePiece model `tokenizer_file` (names
     relative to the folder)."""
-    from cmlm_tf import configs
-
     files = {"sp_model_file" if meta["tokenizer_type"] == "xlmr_sentencepiece"
              else "vocab_file": tokenizer_file}
     model = configs.SentenceModelConfig(
@@ -124,37 +118,11 @@ def warm_start_config(meta: dict, prefix: str, tokenizer_file: str) -> dict:
     return {"task": {"init_checkpoint": prefix, "model": model.as_dict()}}
 
 
-def resolve_relative(mapping: dict, folder: str) -> dict:
-    """`mapping` (a config file's content) with each RELATIVE_FIELDS path that is relative
-    and names a file in `folder` (a checkpoint: its `.index`) joined to `folder`."""
-    resolved = dict(mapping)
-    for keys in RELATIVE_FIELDS:
-        parents, node = [resolved], resolved
-        for key in keys[:-1]:
-            node = node.get(key) if isinstance(node, dict) else None
-            parents.append(node)
-        if not isinstance(node, dict):
-            continue
-        value = node.get(keys[-1])
-        if not isinstance(value, str) or not value or os.path.isabs(value) or "://" in value:
-            continue
-        candidate = os.path.join(folder, value)
-        if not (os.path.exists(candidate) or os.path.exists(candidate + ".index")):
-            continue
-        # Copy the path down to the field, so the caller's mapping is left as it was.
-        node = resolved
-        for key in keys[:-1]:
-            node[key] = dict(node[key])
-            node = node[key]
-        node[keys[-1]] = candidate
-    return resolved
-
-
 def check(folder: str, config: Optional[dict] = None) -> dict:
     """Checks the import folder `folder`: its files are there, and its vocabulary has as
     many tokens as the checkpoint's embedding table has rows (a WordPiece vocabulary; a
     SentencePiece model may have fewer). `config` is `warm_start.yaml`'s content, resolved
-    (`resolve_relative`); read here when None. Returns `source.json`'s content.
+    (`configs.resolve_relative`); read here when None. Returns `source.json`'s content.
 
     Raises:
         ImportFolderError: naming the missing or inconsistent file.
@@ -166,7 +134,7 @@ def check(folder: str, config: Optional[dict] = None) -> dict:
     if config is None:
         try:
             with open(warm_start, encoding="utf-8") as f:
-                config = resolve_relative(yaml.safe_load(f) or {}, folder)
+                config = configs.resolve_relative(yaml.safe_load(f) or {}, folder)
         except (OSError, yaml.YAMLError) as e:
             raise ImportFolderError(f"{warm_start}: cannot read it ({e})") from None
     source_file = os.path.join(folder, SOURCE_FILE)

@@ -52,15 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_params(experiment: str, config_files: Optional[List[str]] = None,
                  params_override: str = "", tpu: str = ""):
-    """The experiment's registered config, then YAML files, then overrides; strict."""
+    """The experiment's registered config, then YAML files, then overrides; strict. An
+    import folder's `warm_start.yaml` is checked first (`import_folder.check`)."""
     from official.core import exp_factory
 
-    from cmlm_tf import configs, experiments
+    from cmlm_tf import configs, experiments, import_folder
 
     experiments.register()
     if experiment not in experiments.EXPERIMENTS:
         raise ValueError(f"--experiment: unknown experiment {experiment!r} (registered: "
                          f"{', '.join(experiments.EXPERIMENTS)})")
+    for name in config_files or []:  # an import folder is whole before it is trained from
+        if os.path.basename(name) == import_folder.WARM_START_FILE and os.path.isfile(name):
+            import_folder.check(os.path.dirname(name))
     params = exp_factory.get_exp_config(experiment)
     params = configs.load_experiment_config(config_files, params_override, base=params)
     if tpu:

@@ -107,8 +107,10 @@ def test_a_damaged_import_folder_is_refused_in_one_line_naming_the_file(
     else:
         os.remove(folder / "encoder.index")
         named = "encoder"
+    from cmlm_tf import train
+
     with pytest.raises(import_folder.ImportFolderError, match=named):
-        configs.load_experiment_config([str(folder / "warm_start.yaml")])
+        train.build_params("cmlm_tf/bitext", [str(folder / "warm_start.yaml")])
     rc = export_cli.main(["--model_dir", str(folder), "--export_dir", str(tmp_path / "out")])
     assert rc == 2 and named in _error_line(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()

@@ -6,8 +6,6 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES
 
 
@@ -98,39 +96,3 @@ def test_import_leaves_a_log_level_the_user_set():
     # Level 0 shows TensorFlow's INFO lines, each naming its C++ source file.
     assert "tensorflow/" in result.stderr or "xla/" in result.stderr, result.stderr[-2000:]
 
-
-_LOAD_EXPORT = """
-import sys
-if sys.argv[1] == "cmlm_tf":
-    import cmlm_tf  # noqa: F401  (before TensorFlow, as a user's script may)
-import tensorflow as tf
-import tensorflow_hub as hub
-export = sys.argv[2]
-serving = tf.saved_model.load(export + "/serving/1").signatures["serving_default"]
-print(serving(sentences=tf.constant(["a cat"]))["embeddings"].shape[0])
-print(hub.KerasLayer(export + "/preprocessor")(tf.constant(["a cat"]))["input_word_ids"].shape[0])
-"""
-
-
-@pytest.mark.parametrize("first", ["cmlm_tf", "nothing"])
-def test_import_cmlm_tf_registers_the_text_ops_the_exports_need(tiny_export, first):
-    """After `import cmlm_tf`, `tf.saved_model.load` and `hub.KerasLayer` read serving/1 and
-    the preprocessor without `import tensorflow_text`; without it, TensorFlow cannot."""
-    result = subprocess.run([sys.executable, "-c", _LOAD_EXPORT, first, str(tiny_export)],
-                            cwd=REPO_DIR, env=dict(os.environ, PYTHONPATH=str(REPO_DIR)),
-                            capture_output=True, text=True, timeout=3600)
-    if first == "cmlm_tf":
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert result.stdout.split() == ["1", "1"]
-    else:
-        assert result.returncode != 0 and "not registered" in result.stderr
-
-
-def test_without_tensorflow_text_the_warning_says_import_tensorflow_text():
-    code = ("import sys; sys.modules['tensorflow_text'] = None\n"
-            "import cmlm_tf, tensorflow\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR,
-                            env=dict(os.environ, PYTHONPATH=str(REPO_DIR)),
-                            capture_output=True, text=True, timeout=3600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "import tensorflow_text" in result.stderr and "pip install" in result.stderr

@@ -104,7 +104,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                    hf_dir: Optional[str] = None, work_dir: Optional[str] = None
                    ) -> ExportSource:
     """Finds the config, checkpoint and default seq_length of what is to be exported."""
-    from cmlm_tf import import_folder, import_model, tokenization
+    from cmlm_tf import configs, import_folder, import_model, tokenization
     from cmlm_tf.modeling import sentence_encoder
 
     if bool(model_dir) == bool(hf_dir):
@@ -133,7 +133,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                 and not os.path.exists(model.tokenizer.sp_model_file)):
             model.tokenizer.sp_model_file = run_sp_model  # the run directory was moved
     elif os.path.exists(warm_start):
-        params = import_folder.resolve_relative(_read_yaml(warm_start), model_dir)
+        params = configs.resolve_relative(_read_yaml(warm_start), model_dir)
         model = _model_config_from(params, warm_start)
         source = import_folder.check(model_dir, params)
         prefix = sentence_encoder.resolve_checkpoint(
