@@ -130,6 +130,7 @@ def check(folder: str, config: Optional[dict] = None) -> dict:
     import tensorflow as tf
     import yaml
 
+    folder = os.path.abspath(folder)  # resolved paths are then absolute, relative ones too
     warm_start = os.path.join(folder, WARM_START_FILE)
     if config is None:
         try:
@@ -180,4 +181,7 @@ def check(folder: str, config: Optional[dict] = None) -> dict:
 
 def _in_folder(folder: str, path: str) -> str:
     """A path of `warm_start.yaml` as the error names it: relative ones within `folder`."""
-    return path if os.path.isabs(path) or "://" in path else os.path.join(folder, path)
+    if os.path.isabs(path) or "://" in path or os.path.exists(path) or \
+            os.path.exists(path + ".index"):
+        return path  # absolute, or already resolved (relative to the working directory)
+    return os.path.join(folder, path)

@@ -45,6 +45,23 @@ def test_warm_start_names_its_files_relative_to_the_folder(imported):
         "source.json"])
 
 
+def test_a_relative_warm_start_trains_and_exports_as_the_docs_write_it(
+        tmp_path, imported, monkeypatch):
+    """`--config_file=runs/model/warm_start.yaml` and `--model_dir runs/model`, relative to
+    the working directory, as docs/import.md's commands give them."""
+    from cmlm_tf import train
+    from cmlm_tf.export import export_lib
+
+    shutil.copytree(imported, tmp_path / "runs" / "model")
+    monkeypatch.chdir(tmp_path)
+    params = train.build_params("cmlm_tf/bitext", ["runs/model/warm_start.yaml"])
+    assert os.path.samefile(params.task.init_checkpoint + ".index",
+                            tmp_path / "runs" / "model" / "encoder.index")
+    source = export_lib.resolve_source(model_dir="runs/model")
+    assert os.path.samefile(source.checkpoint + ".index",
+                            tmp_path / "runs" / "model" / "encoder.index")
+
+
 def test_a_moved_folder_reads_its_own_files_not_those_at_the_old_path(tmp_path, imported):
     """Moved away, with another model imported at its old path, the folder still reads its
     own checkpoint and vocabulary, for training and for export."""
