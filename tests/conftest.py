@@ -348,3 +348,14 @@ def fill_disk(folder):
         except OSError as error:
             assert error.errno == errno.ENOSPC
     assert shutil.disk_usage(folder).free < 4096
+
+
+def load_script(relative_path: str):
+    """The module of a script of the repository that is not a package (`benchmarks/x.py`)."""
+    import importlib.util
+
+    path = REPO_DIR / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

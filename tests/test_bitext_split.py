@@ -1,24 +1,16 @@
 """benchmarks/bitext_split.py from a clone on its own: the bundled verses, split without
 leaks, so `configs/bitext_minilm.yaml`'s training file can be built offline."""
 
-import importlib.util
 import json
 
-from tests.conftest import REPO_DIR
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "bitext_split", REPO_DIR / "benchmarks" / "bitext_split.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import REPO_DIR, load_script
 
 
 def test_without_shared_data_the_bundled_verses_are_split_with_a_warning(tmp_path, capsys):
     out = tmp_path / "runs" / "bitext_split"
-    assert _script().main(["--shared_data", str(tmp_path / "no_shared" / "data"),
-                           "--output", str(out), "--heldout_share", "0.2"]) == 0
+    split_script = load_script("benchmarks/bitext_split.py")
+    assert split_script.main(["--shared_data", str(tmp_path / "no_shared" / "data"),
+                              "--output", str(out), "--heldout_share", "0.2"]) == 0
     assert "bundled with cmlm_tf instead" in capsys.readouterr().err
     split = json.loads((out / "split.json").read_text())
     train = (out / "train.tsv").read_text(encoding="utf-8").splitlines()
