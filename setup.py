@@ -19,7 +19,8 @@ setup(
     # `configs/` install as `cmlm_tf.recipes`, so `--config_file=NAME` works anywhere.
     packages=find_packages(include=["cmlm_tf", "cmlm_tf.*"]) + ["cmlm_tf.recipes"],
     package_dir={"cmlm_tf.recipes": "configs"},
-    package_data={"cmlm_tf": ["data/corpus/*"], "cmlm_tf.recipes": ["*.yaml", "*.sh"]},
+    package_data={"cmlm_tf": ["data/corpus/*", "data/normalizer/*"],
+                  "cmlm_tf.recipes": ["*.yaml", "*.sh"]},
     entry_points={"console_scripts": [
         "cmlm-tf-train = cmlm_tf.train:console_main",
         "cmlm-tf-export = cmlm_tf.export.cli:main",

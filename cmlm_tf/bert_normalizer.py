@@ -31,6 +31,7 @@ of them in the UDHR:
 """
 
 import functools
+import pathlib
 import unicodedata
 from typing import Dict, List, Tuple
 
@@ -83,6 +84,8 @@ _WHITESPACE = ("\t", "\n", "\r")
 # darts-clone unit layout, as TF-Text's `DartsCloneTrieWrapper` reads it.
 _HAS_LEAF = 0x100
 _LARGE_OFFSET = 0x200
+# The models built by `write_shipped_tables`, one per Unicode version of `unicodedata`.
+_TABLES = pathlib.Path(__file__).parent / "data" / "normalizer"
 _VALUE_FLAG = 0x80000000
 # FastBertNormalizer's value encoding: "differs from the input" flag, 24-bit offset into
 # the string pool, 6-bit UTF-8 length.
@@ -283,9 +286,37 @@ def _flatbuffer(lower_case: bool, trie: List[int], zero_data: int, pool: bytes) 
     return bytes(builder.Output())
 
 
+def build_bert_normalizer_model(lower_case: bool) -> bytes:
+    """Builds the `FastBertNormalizer` model from this Python's `unicodedata` (about a
+    second for the uncased table: every character is normalised once)."""
+    values, pool, zero = _encode_values(_changed_characters(lower_case))
+    return _flatbuffer(lower_case, _build_trie(values), zero, pool)
+
+
+def shipped_table(lower_case: bool) -> pathlib.Path:
+    """Where the package keeps the model built with this Python's Unicode version."""
+    case = "uncased" if lower_case else "cased"
+    return _TABLES / f"bert_{case}-unicode-{unicodedata.unidata_version}.bin"
+
+
+def write_shipped_tables() -> List[pathlib.Path]:
+    """Builds both models and writes them where `shipped_table` looks (after a change to
+    the rules above: `tests/test_bert_normalizer.py` fails while they differ)."""
+    written = []
+    for lower_case in (True, False):
+        path = shipped_table(lower_case)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(build_bert_normalizer_model(lower_case))
+        written.append(path)
+    return written
+
+
 @functools.lru_cache(maxsize=2)
 def bert_normalizer_model(lower_case: bool) -> bytes:
     """The `FastBertNormalizer` model (pass as `fast_bert_normalizer_model_buffer`) that
-    normalises as Hugging Face's `BertTokenizer` does, cased or uncased."""
-    values, pool, zero = _encode_values(_changed_characters(lower_case))
-    return _flatbuffer(lower_case, _build_trie(values), zero, pool)
+    normalises as Hugging Face's `BertTokenizer` does, cased or uncased: the one the
+    package ships for this Python's Unicode version, or else built here."""
+    path = shipped_table(lower_case)
+    if path.is_file():
+        return path.read_bytes()
+    return build_bert_normalizer_model(lower_case)

@@ -210,6 +210,18 @@ def _ctrl_c_between_chunks():
     return _deferred_ctrl_c(second_interrupts=True)
 
 
+def create_optimizer_slots(optimizer, variables) -> None:
+    """Creates `optimizer`'s slot variables for `variables` now, as its first
+    `apply_gradients` would. The first trace of the train loop then creates no variable, and
+    `tf.function` traces it once: a trace that creates variables is traced again without
+    them, which doubled the tracing before every first step. (Keras' legacy optimizers,
+    Model Garden's, do it in `_create_all_weights`; the newer ones in `build`.)"""
+    if hasattr(optimizer, "_create_all_weights"):
+        optimizer._create_all_weights(variables)
+    else:
+        optimizer.build(variables)
+
+
 class ThroughputTrainer(base_trainer.Trainer):
     """Adds `examples_per_second` to the logged and summarised training outputs, and
     runs each loop in chunks with a `Heartbeat` line (on the chief)."""
@@ -220,6 +232,7 @@ class ThroughputTrainer(base_trainer.Trainer):
         """Orbit's `StandardTrainer.train`, the loop function called per chunk."""
         self.train_loop_begin()
         if self._train_loop_fn is None:
+            create_optimizer_slots(self.optimizer, self.model.trainable_variables)
             self._train_loop_fn = self.create_train_loop_fn()
         if self._train_iter is None:
             self._train_iter = tf.nest.map_structure(iter, self.train_dataset)

@@ -118,6 +118,28 @@ def test_every_lookup_stays_inside_the_table(lower_case):
 
 
 @pytest.mark.parametrize("lower_case", [True, False])
+def test_shipped_table_is_the_one_the_rules_build(lower_case):
+    """The package ships the models so that a process does not spend a second building
+    them; a change to the rules without `write_shipped_tables()` fails here."""
+    path = bert_normalizer.shipped_table(lower_case)
+    assert path.is_file(), f"{path}: missing; run bert_normalizer.write_shipped_tables()"
+    assert path.read_bytes() == bert_normalizer.build_bert_normalizer_model(lower_case)
+
+
+def test_model_is_built_where_no_table_is_shipped(tmp_path, monkeypatch):
+    """Another Unicode version (a newer Python) has no shipped table: the model is built."""
+    shipped = bert_normalizer.shipped_table(False).read_bytes()
+    monkeypatch.setattr(bert_normalizer, "_TABLES", tmp_path)
+    bert_normalizer.bert_normalizer_model.cache_clear()
+    try:
+        built = bert_normalizer.bert_normalizer_model(False)
+    finally:
+        bert_normalizer.bert_normalizer_model.cache_clear()
+    assert not list(tmp_path.iterdir())
+    assert built == shipped
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
 def test_table_in_the_op_maps_each_character_as_the_rules_say(lower_case):
     """The darts-clone table `bert_normalizer_model` builds, run by TF-Text's op, gives each
     character of the Basic Multilingual Plane (and every 61st one above it, the private-use

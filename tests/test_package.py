@@ -24,6 +24,7 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "cmlm_tf/recipes/cmlm_tiny.yaml" in names
     assert "cmlm_tf/data/corpus/persuasion.txt" in names
+    assert [n for n in names if n.startswith("cmlm_tf/data/normalizer/bert_uncased-")]
     assert not [n for n in names if n.startswith(("export/", "configs/", "tests/"))]
 
     # A fresh venv with the wheel, borrowing the test environment's dependencies through a

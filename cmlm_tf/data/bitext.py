@@ -163,8 +163,9 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
                 reports: Optional[list] = None) -> tf.data.Dataset:
     """Yields `{"source": str, "target": str}` (+ `"hard_negatives": str [k]`) per valid pair.
 
-    Training repeats and shuffles (files, then pairs); evaluation reads once, in order.
-    Malformed records are skipped, counted and logged as they stream (`records`), under
+    Training repeats and shuffles (files, then TSV lines before they are parsed, or parsed
+    TFRecord pairs: the shuffle buffer counts malformed lines too); evaluation reads once,
+    in order. Malformed records are skipped, counted and logged as they stream (`records`), under
     `field`; the count's report is added to `reports`. Records of a TFRecord file that are
     not tf.Examples are counted from the gap they leave, so a run of them at the very end of
     a file goes uncounted.
@@ -173,12 +174,16 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
     report = records.MalformedReport("bitext record", field, _explain(file_type, needed),
                                      "line" if file_type == "tsv" else "record",
                                      reports=reports)
+    shuffle = is_training and shuffle_buffer_size > 1
     if file_type == "tsv":
         def read(path):
-            def check(number, line):
-                ok, fields = _parse_tsv_line(line, needed)
-                return report.skip(ok, path, number, line), fields
-            return tf.data.TextLineDataset(path).enumerate(start=1).map(check)
+            return tf.data.TextLineDataset(path).enumerate(start=1).map(
+                lambda number, line: (path, number, line))
+
+        @tf.autograph.experimental.do_not_convert  # graph ops only: nothing to convert
+        def check(path, number, line):
+            ok, fields = _parse_tsv_line(line, needed)
+            return report.skip(ok, path, number, line), fields
     else:
         def read(path):
             compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
@@ -191,12 +196,22 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
                 tf.constant(0, tf.int64),
                 lambda last, item: (item[0], (last, *item)))
 
-            def check(last, number, record, ok, fields):
+            def check_record(last, number, record, ok, fields):
                 gap = report.skip_gap(path, last + 1, number - last - 1, "not a tf.Example")
                 ok = tf.logical_and(gap, report.skip(ok, path, number, record))
                 return ok, fields
-            return parsed.map(check)
+            return parsed.map(check_record)
+        check = None
     dataset = interleave_files(files, read, input_context, is_training, seed)
+    if shuffle and check is not None:
+        # Lines are shuffled before they are parsed: the buffer, which fills before the
+        # first batch, takes them at the speed of reading.
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    if check is not None:
+        # In training in parallel (in order); in evaluation one by one, so that malformed
+        # lines are reported in file order.
+        dataset = dataset.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) \
+            if shuffle else dataset.map(check)
     dataset = dataset.filter(lambda ok, fields: ok)
 
     def to_dict(ok, fields):
@@ -208,7 +223,7 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
         return pair
 
     dataset = dataset.map(to_dict)
-    if is_training and shuffle_buffer_size > 1:
+    if shuffle and check is None:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
     return dataset
 

@@ -87,6 +87,9 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
             features = featurize(*batch) if isinstance(batch, tuple) else featurize(batch)
         return weigh_rows(features, weights, field) if pad else features
 
+    # Featurizers are graph ops without Python control flow on tensors: AutoGraph would
+    # convert each tokenizer function they call, for nothing, at every start.
+    featurize_batch = tf.autograph.experimental.do_not_convert(featurize_batch)
     if with_batch_index:
         batches = batches.enumerate(start=skip).map(
             lambda index, batch: featurize_batch(batch, index),

@@ -3,7 +3,6 @@
 from typing import Dict
 
 import numpy as np
-from scipy import stats
 
 from cmlm_tf.evaluation import knn
 
@@ -27,6 +26,8 @@ def sts_correlations(first: np.ndarray, second: np.ndarray, gold: np.ndarray) ->
     Returns:
         {"spearman": ρ, "pearson": r, "num_pairs": n}.
     """
+    from scipy import stats  # here: a quarter of a second that training does not need
+
     cosines = cosine_pairs(first, second).astype(np.float64)
     gold = np.asarray(gold, np.float64)
     if gold.shape != cosines.shape:

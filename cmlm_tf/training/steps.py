@@ -85,6 +85,10 @@ def _add(grad, other):
     return tf.convert_to_tensor(grad) + tf.convert_to_tensor(other)
 
 
+# The steps have no Python control flow on tensors: AutoGraph would convert them and every
+# Keras layer they call at each trace, seconds before every first step (and twice as long
+# on busy cores).
+@tf.autograph.experimental.do_not_convert
 def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
                forward: Optional[Callable[[], Any]],
                ranked: Optional[RankedPart],
@@ -158,6 +162,7 @@ def _replayable_chunks(ranked: RankedPart, model: tf_keras.Model, optimizer, chu
     return embed
 
 
+@tf.autograph.experimental.do_not_convert
 def validation_step(task, inputs, model: tf_keras.Model, metrics=None) -> Dict[str, tf.Tensor]:
     """The task's losses on `inputs` in inference mode; updates `metrics`."""
     outputs = model(inputs, training=False)

@@ -1,5 +1,6 @@
 """The bitext reader (`cmlm_tf.data.bitext`): TSV and TFRecord pairs, skips, the featurizer."""
 
+import collections
 import logging
 
 import pytest
@@ -62,6 +63,29 @@ def test_only_a_bounded_sample_is_read_before_training(tmp_path):
     reports = []
     pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False, reports=reports))
     assert len(pairs) == 5 and reports[-1].count == 30
+
+
+def test_training_shuffles_lines_before_parsing_and_keeps_every_pair(tmp_path):
+    """Training shuffles raw lines (the buffer fills at reading speed before the first
+    batch), then parses them: every valid pair comes as often as the others, in another
+    order than the file's, and each malformed line is counted."""
+    lines = []
+    for number in range(60):
+        lines.append(f"source {number}\ttarget {number}".encode())
+        if number % 10 == 3:
+            lines.append(b"no tab here")
+    path = write_byte_lines(tmp_path / "pairs.tsv", lines)
+    reports = []
+    pairs = bitext.read_bitext([str(path)], "tsv", is_training=True, shuffle_buffer_size=20,
+                               seed=3, reports=reports)
+    drawn = [pair["source"].decode() for pair in pairs.take(600).as_numpy_iterator()]
+    # Ten epochs through a buffer of 20 lines: each pair 10 times, give or take the one
+    # still in the buffer at the end.
+    counts = collections.Counter(drawn)
+    assert set(counts) == {f"source {number}" for number in range(60)}
+    assert set(counts.values()) <= {9, 10, 11}
+    assert drawn[:60] != [f"source {number}" for number in range(60)]
+    assert 54 <= reports[-1].count <= 66
 
 
 def _example(**fields):
