@@ -122,3 +122,96 @@ def test_a_broken_package_is_one_line_and_leaves_nothing(tmp_path):
 ])
 def test_mostly_english_is_four_fifths_of_the_words(english, translation, expected):
     assert public_data.mostly_english(english, translation) is expected
+
+
+def _ztext(entries):
+    """The .bzv, .bzs and .bzz of one testament of a zText module: `entries` in one block."""
+    import struct
+    import zlib
+
+    block, index = b"", b""
+    for text in entries:
+        data = text.encode("utf-8")
+        index += struct.pack("<IIH", 0, len(block), len(data))
+        block += data
+    packed = zlib.compress(block)
+    return {"bzv": index, "bzs": struct.pack("<III", 0, len(packed), len(block)),
+            "bzz": packed}
+
+
+CANON_H = """struct sbook otbooks[] = {
+  {"Genesis", "Gen", "Gen", 2},
+  {"", "", "", 0}
+};
+struct sbook ntbooks[] = {
+  {"Jude", "Jude", "Jude", 1},
+  {"", "", "", 0}
+};
+int vm[] = {
+  // Genesis
+  2, 2,
+  // Jude
+  2
+};
+"""
+
+
+def _module(name, ot, nt):
+    files = {}
+    for testament, verses in (("ot", ot), ("nt", nt)):
+        for kind, data in _ztext(verses).items():
+            files[f"./usr/share/sword/modules/texts/ztext/{name}/{testament}.{kind}"] = data
+    return files
+
+
+def _w(strong, text):
+    return f'<w lemma="strong:H{strong:04d}">{text}</w>'
+
+
+def test_bible_aligns_verses_and_leaves_out_empty_ones(tmp_path):
+    # Entries: module heading, testament heading, book heading, chapter heading, verses...
+    heading = ["", "<milestone/>", '<div type="book"/>', "<chapter/>"]
+    english_ot = heading + [
+        f"In the {_w(1, 'beginning')} {_w(2, 'God')}<note>a note</note> &amp; more. \u00b6",
+        f"{_w(3, 'And')} the {_w(4, 'earth')}.", "<chapter/>",
+        f"{_w(5, 'Second')} {_w(6, 'chapter')}.", f"{_w(7, 'Last')} {_w(8, 'verse')}."]
+    spanish_ot = heading + [
+        f"{_w(1, 'EN el principio')}{_w(2, 'Dios')} y más.",
+        f"{_w(3, 'Y')} {_w(4, 'presentáron')}{_w(4, 'le')}.", "<chapter/>",
+        f"{_w(5, 'Segundo')} {_w(6, 'capítulo')}.", ""]
+    english_nt = heading + [f"{_w(9, 'Jude')} {_w(10, 'wrote')}.",
+                            f"{_w(11, 'Now')} {_w(12, 'unto')}."]
+    spanish_nt = heading + [f"{_w(9, 'Judas')} {_w(10, 'escribió')}.",
+                            f"{_w(11, 'Y')} {_w(12, 'al')}."]
+    packages = [
+        _deb({**_module("engKJV2006eb", english_ot, english_nt),
+              "./usr/share/doc/sword-text-kjv/copyright": b"public domain\n"}),
+        _deb(_module("spaRV1909eb", spanish_ot, spanish_nt)),
+        _deb({"./usr/include/sword/canon.h": CANON_H.encode()})]
+    paths = []
+    for number, package in enumerate(packages):
+        paths += ["--package", str(tmp_path / f"{number}.deb")]
+        (tmp_path / f"{number}.deb").write_bytes(package)
+    output = tmp_path / "bible"
+    done = subprocess.run([sys.executable, "benchmarks/public_data.py", "bible", *paths,
+                           "--output", str(output)], cwd=REPO_DIR, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    read = lambda name: (output / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
+    # Notes dropped, entities unescaped, the paragraph sign gone; touching word elements
+    # spaced, but the enclitic pronoun attached.
+    assert read("eng_kjv.txt") == ["In the beginning God & more.", "And the earth.",
+                                   "Second chapter.", "Jude wrote.", "Now unto."]
+    assert read("spa_rv1909.txt") == ["EN el principio Dios y más.", "Y presentáronle.",
+                                      "Segundo capítulo.", "Judas escribió.", "Y al."]
+    assert read("refs.txt") == ["OT\tGen.1.1", "OT\tGen.1.2", "OT\tGen.2.1", "NT\tJude.1.1",
+                                "NT\tJude.1.2"]
+    assert read("excluded.tsv") == ["ref\treason", "Gen.2.2\tempty_spa"]
+    assert read("books.tsv")[1:] == ["Gen\tGenesis\tOT\t1\t3\t3\t2",
+                                     "Jude\tJude\tNT\t4\t5\t2\t1"]
+    assert (output / "copyright-sword-text-kjv.txt").read_bytes() == b"public domain\n"
+
+    missing = subprocess.run([sys.executable, "benchmarks/public_data.py", "bible",
+                              *paths[:4], "--output", str(tmp_path / "other")], cwd=REPO_DIR,
+                             capture_output=True, text=True, timeout=600)
+    assert missing.returncode == 1 and "the packages lack canon.h" in missing.stderr
