@@ -58,7 +58,7 @@ def test_install_guide_pairs_paragraphs_by_the_documented_rules(tmp_path):
     output = tmp_path / "install_guide"
     done = subprocess.run([sys.executable, "benchmarks/public_data.py", "install_guide",
                            "--package", str(package), "--output", str(output)],
-                          cwd=REPO_DIR, capture_output=True, text=True, timeout=600)
+                          cwd=REPO_DIR, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stderr
     lines = (output / "es.tsv").read_text(encoding="utf-8").splitlines()
     # Kept: the first pair once (the repeat is a duplicate), the second with its markup's
@@ -71,7 +71,7 @@ def test_install_guide_pairs_paragraphs_by_the_documented_rules(tmp_path):
 
     again = subprocess.run([sys.executable, "benchmarks/public_data.py", "install_guide",
                             "--package", str(package), "--output", str(output)],
-                           cwd=REPO_DIR, capture_output=True, text=True, timeout=600)
+                           cwd=REPO_DIR, capture_output=True, text=True, timeout=3600)
     assert again.returncode == 2 and "exists; give a new folder" in again.stderr
 
 
@@ -110,7 +110,7 @@ def test_a_broken_package_is_one_line_and_leaves_nothing(tmp_path):
     package.write_bytes(b"not an archive")
     done = subprocess.run([sys.executable, "benchmarks/public_data.py", "install_guide",
                            "--package", str(package), "--output", str(tmp_path / "out")],
-                          cwd=REPO_DIR, capture_output=True, text=True, timeout=600)
+                          cwd=REPO_DIR, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: {package}: not a Debian package (.deb)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.deb"]
@@ -195,7 +195,7 @@ def test_bible_aligns_verses_and_leaves_out_empty_ones(tmp_path):
     output = tmp_path / "bible"
     done = subprocess.run([sys.executable, "benchmarks/public_data.py", "bible", *paths,
                            "--output", str(output)], cwd=REPO_DIR, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=3600)
     assert done.returncode == 0, done.stderr
     read = lambda name: (output / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
     # Notes dropped, entities unescaped, the paragraph sign gone; touching word elements
@@ -213,5 +213,5 @@ def test_bible_aligns_verses_and_leaves_out_empty_ones(tmp_path):
 
     missing = subprocess.run([sys.executable, "benchmarks/public_data.py", "bible",
                               *paths[:4], "--output", str(tmp_path / "other")], cwd=REPO_DIR,
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=3600)
     assert missing.returncode == 1 and "the packages lack canon.h" in missing.stderr

@@ -306,8 +306,9 @@ def test_export_against_a_live_trainer(tmp_path, tiny_run_dir, monkeypatch):
     trainer = threading.Thread(target=train)
     trainer.start()
     try:
-        while len(hashes) < 2:
+        while len(hashes) < 2 and trainer.is_alive():
             time.sleep(0.05)
+        assert len(hashes) >= 2, "the training thread ended before its second checkpoint"
         export_lib.export(str(tmp_path / "out"), model_dir=str(run))
     finally:
         stop.set()
