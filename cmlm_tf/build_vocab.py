@@ -480,9 +480,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns 0, or 2 after printing `error: ...` to stderr."""
     args = build_parser().parse_args(argv)
-    from cmlm_tf import cli
-
-    cli.quiet_tensorflow_logs()
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         print(f"error: --output {args.output!r}: folder {out_dir!r} does not exist",

@@ -1,6 +1,6 @@
 """What the command lines share: the one error path (a user's mistake prints one line
-naming the field or file and exits 2; an internal error keeps its traceback), quiet
-TensorFlow logs, and the options and loaders of the commands that encode with an exported
+naming the field or file and exits 2; an internal error keeps its traceback), readable
+console logs, and the options and loaders of the commands that encode with an exported
 model (`cmlm_tf.evaluate`, `cmlm_tf.mine`).
 
 Nothing here imports TensorFlow at import time: `--help` and argument errors stay fast.
@@ -246,22 +246,6 @@ def _daemon_timer(delay: float, callback: Callable[[], None]):
     timer.daemon = True
     timer.start()
     return timer
-
-
-def quiet_tensorflow_logs() -> None:
-    """Sets TensorFlow's C++ log level before TensorFlow is imported, unless the user did.
-
-    Level 2 hides INFO and WARNING lines (oneDNN, CPU features, "Could not find cuda
-    drivers"). On a machine without an NVIDIA driver, level 3: TensorFlow 2.20 logs a
-    spurious ERROR, "failed call to cuInit", at start-up there (tensorflow/tensorflow#105022),
-    and C++ errors that matter reach Python as exceptions. `TF_CPP_MIN_LOG_LEVEL=0` shows
-    everything again.
-    """
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
-        return
-    has_nvidia_driver = os.path.exists("/proc/driver/nvidia/version") or \
-        os.path.exists("/dev/nvidia0")
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if has_nvidia_driver else "3"
 
 
 # Lines libraries log at every checkpoint, which say nothing a user can act on.

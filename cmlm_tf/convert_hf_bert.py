@@ -507,7 +507,6 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from cmlm_tf import cli
 
-    cli.quiet_tensorflow_logs()
     return cli.run_main(lambda: print(
         f"wrote {convert(args.hf_dir, args.output_dir, overwrite=args.overwrite)}"))
 

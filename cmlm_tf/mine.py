@@ -406,7 +406,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args, beam_args = options.split_arguments(parser, argv)
     cli.check_input_paths(parser, {"--model": args.model})
-    cli.quiet_tensorflow_logs()
 
     def body():
         written = run(args, beam_args)

@@ -167,7 +167,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     cli.check_input_paths(parser, {"--model": args.model})
-    cli.quiet_tensorflow_logs()
 
     def body():
         written, left_out = run(args)

@@ -22,7 +22,6 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     cli.check_input_paths(parser, {"--model": args.model})
-    cli.quiet_tensorflow_logs()
     return cli.run_main(lambda: _print_similarities(args))
 
 

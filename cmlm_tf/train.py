@@ -259,7 +259,6 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
 def main(argv=None) -> int:
     from cmlm_tf import cli
 
-    cli.quiet_tensorflow_logs()
     args = build_parser().parse_args(argv)
 
     def body():

@@ -58,7 +58,6 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
                                    "--hf_dir/--import_dir": args.hf_dir})
     if args.seq_length is not None and args.seq_length < 3:
         parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
-    cli.quiet_tensorflow_logs()
 
     def body():
         # Said at once (the export itself takes seconds to minutes, and ends with its path).
