@@ -33,7 +33,7 @@ import tempfile
 import time
 from typing import Optional, Sequence
 
-from cmlm_tf import cli, disk
+from cmlm_tf import cli, disk, progress
 from cmlm_tf.evaluation import mining, readers
 
 INDEXES = ("auto", "exact", "flat", "ann")
@@ -257,7 +257,7 @@ def _describe(index: str, backend: str) -> str:
 
 
 def mine_vectors(args, src_vectors, tgt_vectors, beam_args: Sequence[str],
-                 stage: cli.Stages) -> mining.MinedPairs:
+                 stage: progress.Stages) -> mining.MinedPairs:
     """Margin-scored pairs of two vector sets, searched here or on Beam."""
     from cmlm_tf.evaluation import knn
 
@@ -357,7 +357,7 @@ def run(args, beam_args: Sequence[str] = ()) -> int:
     check_arguments(args, beam_args)
     pcr = cli.load_pcr(args.pcr_file)
     cli.check_pcr_languages(pcr, [args.src_lang, args.tgt_lang], args.pcr_file)
-    stage = cli.Stages("mine")
+    stage = progress.Stages("mine")
     try:
         if args.src_vectors is not None:
             from cmlm_tf.evaluation import suite

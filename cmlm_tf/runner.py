@@ -26,7 +26,7 @@ import tensorflow as tf
 from absl import logging
 from official.core import base_trainer, train_lib
 
-from cmlm_tf import cli, disk, run_dir
+from cmlm_tf import disk, progress, run_dir
 
 # Training progress: a heartbeat line about this often (seconds of wall time; the
 # environment variable CMLM_TF_HEARTBEAT_SECONDS changes it) and at the end of every loop.
@@ -239,7 +239,7 @@ class ThroughputTrainer(base_trainer.Trainer):
         heartbeat = self._heartbeat()
         step = int(self.global_step.numpy())
         heartbeat.begin(step)
-        slow = cli.Stages("training", after=SLOW_CHUNK_SECONDS,
+        slow = progress.Stages("training", after=SLOW_CHUNK_SECONDS,
                           every=SLOW_CHUNK_SECONDS) if is_chief() else None
         remaining = int(num_steps)
         with _ctrl_c_between_chunks() as stop:

@@ -52,7 +52,7 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
     args = parser.parse_args(argv)
     if bool(args.model_dir) == bool(args.hf_dir):
         parser.error("pass exactly one of --model_dir and --hf_dir")
-    from cmlm_tf import cli
+    from cmlm_tf import cli, progress
 
     cli.check_input_paths(parser, {"--model_dir": args.model_dir,
                                    "--hf_dir/--import_dir": args.hf_dir})
@@ -62,7 +62,7 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
     def body():
         # Said at once (the export itself takes seconds to minutes, and ends with its path).
         print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
-        stage = cli.Stages("export")  # its timer runs from here: TensorFlow loads slowly
+        stage = progress.Stages("export")  # its timer runs from here: TensorFlow loads slowly
         stage("starting TensorFlow")
         try:
             if args.model_dir and args.overwrite and os.path.isdir(args.export_dir):

@@ -480,7 +480,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
            tflite: bool = False, classic_wordpiece: bool = False, stage=None) -> str:
     """Writes the SavedModels, the model card and the metadata; returns `export_dir`.
 
-    `stage`: the `cli.Stages` that reports the export's progress (the command's, started
+    `stage`: the `progress.Stages` that reports the export's progress (the command's, started
     before TensorFlow is imported); a new one by default.
 
     With `tflite`, also `OUT/tflite/` (`cmlm_tf.export.tflite.write_tflite`). With
@@ -490,12 +490,12 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     import tensorflow as tf
 
     import cmlm_tf
-    from cmlm_tf import cli, tokenization
+    from cmlm_tf import progress, tokenization
     from cmlm_tf.export import serving
     from cmlm_tf.modeling import inference_forward, sentence_encoder
 
     export_dir = os.path.abspath(export_dir)
-    stage = stage or cli.Stages("export")
+    stage = stage or progress.Stages("export")
     check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir, checkpoint=checkpoint)
     parent = os.path.dirname(export_dir)
     with disk.reporting_disk_full(export_dir):

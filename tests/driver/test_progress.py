@@ -100,11 +100,11 @@ class ManualTimers:
 
 
 def _stages(command, **kwargs):
-    from cmlm_tf import cli
+    from cmlm_tf import progress
 
     clock = FakeClock()
     timers = ManualTimers(clock)
-    return cli.Stages(command, clock=clock, start_timer=timers, **kwargs), timers
+    return progress.Stages(command, clock=clock, start_timer=timers, **kwargs), timers
 
 
 def test_stage_lines_only_for_long_stages(capsys):
@@ -152,9 +152,9 @@ def test_quick_stages_in_a_row_do_not_add_up_to_a_long_silence(capsys):
 def test_stage_lines_from_the_real_timer(capsys):
     """The default timer thread prints while the stage runs (no fixed wait: the test polls
     until the line comes, however slow the machine)."""
-    from cmlm_tf import cli
+    from cmlm_tf import progress
 
-    stage = cli.Stages("export", after=0.01, every=3600.0)
+    stage = progress.Stages("export", after=0.01, every=3600.0)
     stage("converting to TFLite")
     try:
         deadline = time.monotonic() + 3600  # a safety net
@@ -216,14 +216,14 @@ def test_a_long_run_gives_its_eta_a_chunk_after_the_compiling_step():
 
 _FIRST_STAGE = """
 import sys
-from cmlm_tf import cli
-real = cli.Stages.__call__
+from cmlm_tf import progress
+real = progress.Stages.__call__
 def call(self, what):
-    if not hasattr(cli, "first_stage"):
-        cli.first_stage = what
+    if not hasattr(progress, "first_stage"):
+        progress.first_stage = what
         print(f"first stage: {what}; tensorflow imported: {'tensorflow' in sys.modules}")
     return real(self, what)
-cli.Stages.__call__ = call
+progress.Stages.__call__ = call
 from cmlm_tf.export import cli as export_cli
 sys.exit(export_cli.main(sys.argv[1:]))
 """

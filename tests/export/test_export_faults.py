@@ -47,7 +47,7 @@ def _old_export(tiny_export, target):
 
 def _one_error_line(err: str) -> str:
     """The `error:` line that ends a command's stderr: one, and no traceback (the lines
-    before it are progress lines such as `cmlm_tf.cli.Stages`' or `encoding N sentences`)."""
+    before it are progress lines such as `cmlm_tf.progress.Stages`' or `encoding N sentences`)."""
     lines = [line for line in err.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error: ")]
     assert errors == lines[-1:] and "Traceback" not in err, err
