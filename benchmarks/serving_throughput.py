@@ -205,7 +205,7 @@ def worker(args) -> None:
         elif command.get("cmd") == "peak":
             answer = matmul_peak(args.threads)
         elif command.get("cmd") == "tokens":
-            from cmlm_tf.modeling.inference_forward import BUCKET_ROWS
+            from cmlm_tf.export.serving_forward import BUCKET_ROWS
 
             answer = {"tokens": token_counts(args.model, texts), "bucket_rows": BUCKET_ROWS}
         elif "vectors" in command:

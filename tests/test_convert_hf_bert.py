@@ -255,12 +255,12 @@ def test_standin_layout_is_read(standin_export, standin_golden):
     # epsilon.
     import tf_keras
 
-    from cmlm_tf.modeling import inference_forward
+    from cmlm_tf.export import serving_forward
 
     keras_encoder = sentence_encoder.build_sentence_encoder(configs.EncoderConfig(**encoder))
     norms = [layer for layer in keras_encoder.bert.submodules
              if isinstance(layer, tf_keras.layers.LayerNormalization)]
-    forward = inference_forward.InferenceForward(keras_encoder, precisions=("float32",))
+    forward = serving_forward.InferenceForward(keras_encoder, precisions=("float32",))
     assert len(norms) == 1 + 2 * 2
     assert {layer.epsilon for layer in norms} | {forward.embedding_epsilon} | {
         layer.epsilon for layer in forward.layers} == {epsilon}

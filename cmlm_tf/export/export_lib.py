@@ -362,7 +362,7 @@ def check_forward(encoder, module) -> float:
     if not error <= FORWARD_TOLERANCE:
         raise RuntimeError(f"the inference forward differs from the encoder by {error:.2e} "
                            f"(relative; at most {FORWARD_TOLERANCE} allowed): this encoder "
-                           "layout is not one cmlm_tf.modeling.inference_forward reads")
+                           "layout is not one cmlm_tf.export.serving_forward reads")
     return error
 
 
@@ -491,8 +491,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
 
     import cmlm_tf
     from cmlm_tf import progress, tokenization
-    from cmlm_tf.export import serving
-    from cmlm_tf.modeling import inference_forward, sentence_encoder
+    from cmlm_tf.export import serving, serving_forward
+    from cmlm_tf.modeling import sentence_encoder
 
     export_dir = os.path.abspath(export_dir)
     stage = stage or progress.Stages("export")
@@ -558,7 +558,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
                 preprocessor.save(os.path.join(staging, "preprocessor"),
                                   include_optimizer=False, save_format="tf")
 
-        module = serving.ServingModule(inference_forward.InferenceForward(encoder), tokenizer,
+        module = serving.ServingModule(serving_forward.InferenceForward(encoder), tokenizer,
                                        seq_length)
         forward_error = check_forward(encoder, module)
         stage("saving the serving model serving/1")

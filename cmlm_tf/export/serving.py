@@ -7,7 +7,7 @@ root call is what `hub.KerasLayer("serving/1")` calls, and its other functions a
 
 Every request runs in length buckets (`InferenceForward.in_length_buckets`): its rows are
 sorted by token count, cut into sub-batches of `bucket_rows` rows (default
-`inference_forward.BUCKET_ROWS`, 8), each padded only to its own longest row, and the
+`serving_forward.BUCKET_ROWS`, 8), each padded only to its own longest row, and the
 vectors come back in input order. The plan is part of the traced graph, so a server runs it
 with no Python; each vector equals the one its text gets alone, up to float rounding.
 
@@ -24,7 +24,7 @@ from typing import Dict
 import tensorflow as tf
 
 from cmlm_tf import tokenization
-from cmlm_tf.modeling.inference_forward import BUCKET_ROWS, InferenceForward
+from cmlm_tf.export.serving_forward import BUCKET_ROWS, InferenceForward
 from cmlm_tf.modeling.sentence_encoder import INPUT_KEYS
 from cmlm_tf.vectors import l2_normalize
 

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 import cmlm_tf
 from cmlm_tf import inference
-from cmlm_tf.modeling import inference_forward, sentence_encoder
+from cmlm_tf.export import serving_forward
+from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import REPO_DIR, tiny_encoder_config
 
 SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",
@@ -50,7 +51,7 @@ def test_forward_equals_the_keras_encoder(overrides):
 
     tf_keras.utils.set_random_seed(3)
     encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(60, **overrides))
-    forward = inference_forward.InferenceForward(encoder)
+    forward = serving_forward.InferenceForward(encoder)
     inputs = random_ids(60)
     expected = encoder({k: tf.constant(v) for k, v in inputs.items()},
                        training=False)["pooled_output"].numpy()
@@ -64,7 +65,7 @@ def test_forward_equals_the_keras_encoder(overrides):
     np.testing.assert_allclose(forward(**inputs).numpy(), actual, atol=0)
 
 
-class _RecordingForward(inference_forward.InferenceForward):
+class _RecordingForward(serving_forward.InferenceForward):
     """An inference forward that records the [rows, seq] shape of each call."""
 
     def __init__(self, encoder):
@@ -164,12 +165,12 @@ def test_minilm_serving_default_in_buckets_equals_one_sentence_at_a_time(minilm_
 def test_export_refuses_a_forward_that_disagrees(tmp_path, tiny_run_dir, monkeypatch):
     from cmlm_tf.export import export_lib
 
-    original = inference_forward.InferenceForward.__call__
+    original = serving_forward.InferenceForward.__call__
 
     def shifted(self, *args, **kwargs):
         return original(self, *args, **kwargs) + 0.5
 
-    monkeypatch.setattr(inference_forward.InferenceForward, "__call__", shifted)
+    monkeypatch.setattr(serving_forward.InferenceForward, "__call__", shifted)
     with pytest.raises(RuntimeError, match="inference forward differs"):
         export_lib.export(str(tmp_path / "out"), model_dir=str(tiny_run_dir))
     assert not list(tmp_path.iterdir())

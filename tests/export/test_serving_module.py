@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from cmlm_tf import configs, tokenization
-from cmlm_tf.export import serving
-from cmlm_tf.modeling import inference_forward, sentence_encoder
+from cmlm_tf.export import serving, serving_forward
+from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import tiny_encoder_config
 
 SEQ_LENGTH = 8
@@ -23,7 +23,7 @@ def built(tiny_vocab):
     tf_keras.utils.set_random_seed(5)
     encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(len(vocab)))
     tokenizer = tokenization.build_tokenizer(configs.TokenizerConfig(vocab_file=str(tiny_vocab)))
-    module = serving.ServingModule(inference_forward.InferenceForward(encoder), tokenizer,
+    module = serving.ServingModule(serving_forward.InferenceForward(encoder), tokenizer,
                                    SEQ_LENGTH, bucket_rows=2)
     return module, encoder, vocab
 

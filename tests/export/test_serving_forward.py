@@ -5,7 +5,8 @@ import pytest
 import tf_keras
 from scipy.special import erf
 
-from cmlm_tf.modeling import inference_forward, sentence_encoder
+from cmlm_tf.export import serving_forward
+from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import tiny_encoder_config
 
 
@@ -60,7 +61,7 @@ def _numpy_forward(encoder, ids, mask, types):
 
 def test_forward_equals_a_numpy_bert_forward():
     encoder = _encoder(projection_size=6, projection_activation="tanh")
-    forward = inference_forward.InferenceForward(encoder, precisions=("float32",))
+    forward = serving_forward.InferenceForward(encoder, precisions=("float32",))
     rng = np.random.default_rng(2)
     ids = rng.integers(5, 30, size=[3, 7]).astype(np.int32)
     mask = (np.arange(7) < np.array([[7], [4], [1]])).astype(np.int32)
@@ -75,16 +76,16 @@ def test_forward_equals_a_numpy_bert_forward():
 def test_only_the_prepared_precisions_run():
     encoder = _encoder()
     with pytest.raises(ValueError, match=r"precisions must be among .*\['float16'\]"):
-        inference_forward.InferenceForward(encoder, precisions=("float32", "float16"))
-    forward = inference_forward.InferenceForward(encoder, precisions=("float32",))
+        serving_forward.InferenceForward(encoder, precisions=("float32", "float16"))
+    forward = serving_forward.InferenceForward(encoder, precisions=("float32",))
     assert forward.precisions == ("float32",) and forward.output_dim == 8
     assert set(forward.layers[0].matmul_weights) == {"float32"}
     ids = np.full([1, 4], 7, np.int32)
     with pytest.raises(ValueError, match="precision 'bfloat16' was not prepared"):
         forward(ids, np.ones_like(ids), np.zeros_like(ids), precision="bfloat16")
-    both = inference_forward.InferenceForward(encoder)
+    both = serving_forward.InferenceForward(encoder)
     full, half = (both(ids, np.ones_like(ids), np.zeros_like(ids), precision=p).numpy()
-                  for p in inference_forward.PRECISIONS)
+                  for p in serving_forward.PRECISIONS)
     np.testing.assert_allclose(full, forward(ids, np.ones_like(ids), np.zeros_like(ids)),
                                atol=1e-6)
     np.testing.assert_allclose(half, full, atol=5e-2)
