@@ -240,7 +240,7 @@ class ThroughputTrainer(base_trainer.Trainer):
         step = int(self.global_step.numpy())
         heartbeat.begin(step)
         slow = progress.Stages("training", after=SLOW_CHUNK_SECONDS,
-                          every=SLOW_CHUNK_SECONDS) if is_chief() else None
+                               every=SLOW_CHUNK_SECONDS) if is_chief() else None
         remaining = int(num_steps)
         with _ctrl_c_between_chunks() as stop:
             while remaining > 0:
