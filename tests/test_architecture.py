@@ -69,6 +69,41 @@ def test_the_package_has_no_import_cycle():
     assert not cycles, cycles[:3]
 
 
+def _floors():
+    """{path in cmlm_tf/ as docs/architecture.md names it (`x.py`, `x/`, `convert_*.py`):
+    floor} from the page's floor table."""
+    text = (REPO_DIR / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return {entry: int(floor)
+            for floor, cells in re.findall(r"^\| (\d) \| ([^|]+) \|", text, re.MULTILINE)
+            for entry in re.findall(r"`([^`]+)`", cells)}
+
+
+def _floor_of(name, floors):
+    relative = _modules()[name].relative_to(PACKAGE).as_posix()
+    for entry, floor in floors.items():
+        pattern = re.escape(entry).replace(r"\*", "[^/]*") + (".*" if entry.endswith("/")
+                                                              else "")
+        if re.fullmatch(pattern, relative):
+            return floor
+    return None
+
+
+def test_imports_follow_the_floors_of_the_architecture_page():
+    """Every module is on a floor of docs/architecture.md and imports (at module level or
+    inside a function) only from its floor or below; the package root's `load` is the one
+    upward call the page names."""
+    floors = _floors()
+    graph = _graph()
+    unplaced = sorted(name for name in graph if _floor_of(name, floors) is None)
+    assert not unplaced, f"modules on no floor of docs/architecture.md: {unplaced}"
+    upward = sorted(f"{name} (floor {_floor_of(name, floors)}) imports {target} "
+                    f"(floor {_floor_of(target, floors)})"
+                    for name, targets in graph.items() for target in targets
+                    if _floor_of(target, floors) > _floor_of(name, floors)
+                    and (name, target) != ("cmlm_tf", "cmlm_tf.inference"))
+    assert not upward, upward
+
+
 def test_losses_and_models_never_import_the_training_package():
     offending = {name: sorted(t for t in targets if t.startswith("cmlm_tf.training"))
                  for name, targets in _graph().items()
