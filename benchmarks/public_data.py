@@ -23,6 +23,7 @@ r"""Builds public data sets of docs/data.md from their packages, as ../shared/da
 
 import argparse
 import collections
+import contextlib
 import html.parser
 import io
 import math
@@ -33,7 +34,6 @@ import statistics
 import struct
 import sys
 import tarfile
-import tempfile
 import urllib.request
 import zlib
 from typing import Dict, Iterable, List, Tuple
@@ -414,24 +414,21 @@ def build_bible(packages: List[bytes], output: str) -> Dict[str, int]:
     return {"verses": len(kept), "excluded": len(reasons)}
 
 
-class _staged:
-    """A folder beside `output`, renamed to it when the block ends without an error."""
+@contextlib.contextmanager
+def _staged(output: str):
+    """A folder beside `output` (`staged_folder`, as exports use), moved to `output` when
+    the block ends without an error, removed otherwise."""
+    from cmlm_tf import staged_folder
 
-    def __init__(self, output: str):
-        self.output = os.path.abspath(output)
-
-    def __enter__(self) -> str:
-        parent = os.path.dirname(self.output)
-        os.makedirs(parent, exist_ok=True)
-        self.folder = tempfile.mkdtemp(prefix=os.path.basename(self.output) + ".tmp-",
-                                       dir=parent)
-        return self.folder
-
-    def __exit__(self, kind, value, traceback):
-        if kind is None:
-            os.rename(self.folder, self.output)
-        else:
-            shutil.rmtree(self.folder, ignore_errors=True)
+    output = os.path.abspath(output)
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    folder = staged_folder.owned_tempdir(output)
+    try:
+        yield folder
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    staged_folder.replace_dir(folder, output, overwrite=False)
 
 
 def download(url: str) -> bytes:
