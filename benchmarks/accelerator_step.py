@@ -70,7 +70,7 @@ DEFAULT_CASES = ("bitext_b256_f32", "bitext_b256_bf16", "bitext_b1024_bf16", "cm
 
 
 def _case_params(name: str, workdir: str):
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     experiment, recipe, size, batch, seq, precision, options = CASES[name]
     overrides = [f"task.model.encoder.{key}={value}" for key, value in SIZES[size].items()]
@@ -118,7 +118,7 @@ def one_case(name: str, dump_dir: str) -> dict:
     import tf_keras
     from official.core import task_factory
 
-    from cmlm_tf.training import steps
+    from cmlm_tf.training import op_census
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
@@ -136,7 +136,7 @@ def one_case(name: str, dump_dir: str) -> dict:
         inner.build(model.trainable_variables)
     step = tf.function(lambda x: task.train_step(x, model, optimizer, None), jit_compile=True)
     compiler_ir = step.experimental_get_compiler_ir(batch)
-    counts = steps.op_census(compiler_ir(stage="hlo"))
+    counts = op_census.op_census(compiler_ir(stage="hlo"))
     compiler_ir(stage="optimized_hlo")  # compiles: the buffer assignment is dumped
     weights = sum(int(tf.size(v)) * v.dtype.size for v in model.trainable_variables)
     return dict(case=name, **counts, temp_bytes=temp_bytes(dump_dir), weights_bytes=weights,
@@ -153,7 +153,7 @@ def cpu_speed(rounds: int) -> None:
     import tf_keras
     from official.core import task_factory
 
-    from cmlm_tf.training import lean_layers, steps
+    from cmlm_tf.training import recompute, steps
 
     with tempfile.TemporaryDirectory() as workdir:
         params = _case_params("bitext_b256_f32", workdir)
@@ -161,7 +161,7 @@ def cpu_speed(rounds: int) -> None:
         params.task.train_data.seq_length = 32
         task = task_factory.get_task(params.task)
         batch = next(iter(task.build_inputs(params.task.train_data)))
-    dense_gradient, make_lean = steps.dense_gradient, lean_layers.make_lean
+    dense_gradient, make_lean = steps.dense_gradient, recompute.make_lean
     variants = {"now": (dense_gradient, make_lean),
                 "before": (lambda grad: grad, lambda model: 0)}
     runs = {}
@@ -169,11 +169,11 @@ def cpu_speed(rounds: int) -> None:
         tf_keras.utils.set_random_seed(1)
         model = task.build_model()
         optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
-        steps.dense_gradient, lean_layers.make_lean = gradient, lean
+        steps.dense_gradient, recompute.make_lean = gradient, lean
         step = tf.function(lambda x, m=model, o=optimizer: task.train_step(x, m, o, None))
         step(batch)  # traces this variant
         runs[name] = step
-    steps.dense_gradient, lean_layers.make_lean = dense_gradient, make_lean
+    steps.dense_gradient, recompute.make_lean = dense_gradient, make_lean
     times = {name: [] for name in runs}
     for _ in range(rounds):
         for name, step in runs.items():
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(CASES))
     if unknown:
         raise SystemExit(f"--cases: unknown {unknown}; --list shows the cases")
-    from cmlm_tf.inference import describe_cpu
+    from cmlm_tf.host import describe_cpu
 
     print(f"CPU: {describe_cpu()}")
     print(f"{'case':<28} {'sort':>4} {'while':>5} {'rng':>4} {'temp GiB':>9} {'s':>5}",

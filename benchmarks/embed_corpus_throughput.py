@@ -28,12 +28,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cmlm_tf import cli  # noqa: E402
+from cmlm_tf.commands import common  # noqa: E402
 
-cli.quiet_tensorflow_logs()
+common.quiet_tensorflow_logs()
 
 import cmlm_tf  # noqa: E402
-from cmlm_tf import inference  # noqa: E402
+from cmlm_tf import host  # noqa: E402
 from cmlm_tf.scale import embed, embedding_files  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def main():
 
     with open(args.input, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:args.lines]
-    print(f"cpu: {inference.describe_cpu()}")
+    print(f"cpu: {host.describe_cpu()}")
     print(f"model {args.model}, {len(lines)} lines of {args.input}, batch {args.batch_size}")
     with tempfile.TemporaryDirectory() as folder:
         corpus = os.path.join(folder, "corpus.txt")

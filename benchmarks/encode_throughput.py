@@ -53,7 +53,7 @@ def main():
     from scipy.stats import spearmanr
 
     import cmlm_tf
-    import cmlm_tf.inference
+    import cmlm_tf.host
     from cmlm_tf.evaluation import readers
 
     first, second, gold = readers.read_sts(args.stsb)
@@ -96,7 +96,7 @@ def main():
                                                    normalize_embeddings=True,
                                                    convert_to_numpy=True).astype(np.float32))
 
-    print(f"machine: {cmlm_tf.inference.describe_cpu()}; load average before: "
+    print(f"machine: {cmlm_tf.host.describe_cpu()}; load average before: "
           f"{os.getloadavg()[0]:.2f}")
     print(f"model: {args.model}  texts: {len(texts)}  batch_size: {args.batch_size}  "
           f"repeats: {args.repeats} (interleaved, best of)", flush=True)

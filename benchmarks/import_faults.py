@@ -221,7 +221,7 @@ def _listing(folder):
 
 def _surface_cases(work, references, tiny_export):
     """Cases that are not a damaged copy: where the command points, and what is there."""
-    from cmlm_tf import import_model
+    from cmlm_tf.commands import import_model
 
     def import_into(source, out, *flags):
         return _run(import_model.main, ["--import_dir", str(source), "--output_dir", str(out),
@@ -282,15 +282,16 @@ def _surface_cases(work, references, tiny_export):
 def run_cases(work_dir, tiny_export=None):
     """Runs every case under `work_dir`; returns [(name, outcome, error line or "")].
     `tiny_export` (a cmlm_tf export) adds the cases that point the import at one."""
-    from cmlm_tf import import_model
-    from cmlm_tf.export import cli as export_cli
+    from cmlm_tf.commands import export as export_cli
+    from cmlm_tf.commands import import_model
+    from cmlm_tf.model_import import importer
 
     work = pathlib.Path(work_dir)
     references = {}
     for kind, source in (("wordpiece", WORDPIECE), ("sentencepiece", SENTENCEPIECE)):
         references[kind] = work / f"reference_{kind}"
         if not references[kind].exists():
-            import_model.convert(str(source), str(references[kind]))
+            importer.convert(str(source), str(references[kind]))
     results = []
     for index, (name, kind, damage, expected) in enumerate(HF_CASES + IMPORT_FOLDER_CASES):
         case = work / f"case{index:02d}"

@@ -55,11 +55,11 @@ def main():
     output = pathlib.Path(args.output)
     shutil.rmtree(output, ignore_errors=True)
 
-    from cmlm_tf import configs, import_folder, inference
+    from cmlm_tf import configs, host, import_folder
     from cmlm_tf.export import export_lib
     from cmlm_tf.modeling import sentence_encoder
 
-    flags = inference.cpu_flags() or set()
+    flags = host.cpu_flags() or set()
     print("CPU flags:", " ".join(sorted(flag for flag in flags if flag.startswith(
         ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx"))) or "unknown"), flush=True)
     times = {}

@@ -39,17 +39,18 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cmlm_tf import inference  # noqa: E402
-from cmlm_tf.evaluation import ann, knn, mining  # noqa: E402
+from cmlm_tf import host  # noqa: E402
+from cmlm_tf.evaluation import ann, mining  # noqa: E402
+from cmlm_tf.vectors import unit_rows  # noqa: E402
 
 
 def _points(rng, n: int, dim: int, centres: Optional[np.ndarray], spread: float):
     """n unit vectors: uniform, or around random `centres` at relative distance `spread`."""
     noise = rng.standard_normal((n, dim), dtype=np.float32)
     if centres is None:
-        return knn.normalize(noise)
+        return unit_rows(noise)
     labels = rng.integers(0, len(centres), n)
-    return knn.normalize(centres[labels] + np.float32(spread / np.sqrt(dim)) * noise)
+    return unit_rows(centres[labels] + np.float32(spread / np.sqrt(dim)) * noise)
 
 
 def synthetic(n: int, dim: int, planted: float, noise: float, seed: int,
@@ -57,14 +58,14 @@ def synthetic(n: int, dim: int, planted: float, noise: float, seed: int,
     """Sources, targets and the planted (source, target) index pairs (`clusters` > 0: the
     vectors lie around that many random centres)."""
     rng = np.random.default_rng(seed)
-    centres = knn.normalize(rng.standard_normal((clusters, dim), dtype=np.float32)) \
+    centres = unit_rows(rng.standard_normal((clusters, dim), dtype=np.float32)) \
         if clusters else None
     src = _points(rng, n, dim, centres, spread)
     tgt = _points(rng, n, dim, centres, spread)
     count = int(n * planted)
     sources = rng.choice(n, count, replace=False)
     targets = rng.choice(n, count, replace=False)
-    tgt[targets] = knn.normalize(src[sources] + noise * rng.standard_normal(
+    tgt[targets] = unit_rows(src[sources] + noise * rng.standard_normal(
         (count, dim), dtype=np.float32) / np.sqrt(dim))
     return src, tgt, set(zip(sources.tolist(), targets.tolist()))
 
@@ -242,7 +243,7 @@ def main():
         return
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"numpy {np.__version__}")
-    print(f"cpu: {inference.describe_cpu()}")
+    print(f"cpu: {host.describe_cpu()}")
     print(f"dim {args.dim}, k {args.k}, float32, block {args.block_mb} MiB, "
           f"{args.planted:.0%} planted pairs, noise {args.noise}, {args.data} data"
           + (f" ({args.clusters} centres, spread {args.spread})"

@@ -24,9 +24,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cmlm_tf import inference  # noqa: E402
-from cmlm_tf.evaluation import ann, knn, mining  # noqa: E402
+from cmlm_tf import host  # noqa: E402
+from cmlm_tf.evaluation import ann, mining  # noqa: E402
 from cmlm_tf.scale import embedding_files, flat_search  # noqa: E402
+from cmlm_tf.vectors import unit_rows  # noqa: E402
 
 
 def aligned(table_src, table_tgt):
@@ -56,9 +57,9 @@ def main():
     args = parser.parse_args()
     tables = [embedding_files.read_embeddings(folder)
               for folder in (args.src_vectors, args.tgt_vectors)]
-    src, tgt = (knn.normalize(table.vectors) for table in tables)
+    src, tgt = (unit_rows(table.vectors) for table in tables)
     gold = aligned(*tables)
-    print(f"cpu: {inference.describe_cpu()}")
+    print(f"cpu: {host.describe_cpu()}")
     print(f"{len(src)} × {len(tgt)} vectors of dim {src.shape[1]}, {len(gold)} gold pairs")
     start = time.perf_counter()
     exact = mining.mine(src, tgt)

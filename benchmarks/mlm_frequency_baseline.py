@@ -38,11 +38,11 @@ def main(argv=None) -> int:
 
     from official.core import exp_factory
 
-    from cmlm_tf import configs, experiments
+    from cmlm_tf import config_files, experiment_registry
 
-    experiments.register()
+    experiment_registry.register()
 
-    params = configs.load_experiment_config(
+    params = config_files.load_experiment_config(
         args.config_file, args.params_override,
         base=exp_factory.get_exp_config("cmlm_tf/mlm_tlm"))
     vocab = None

@@ -330,7 +330,7 @@ def main() -> None:
     texts = first + second
     with open(os.path.join(args.model, "cmlm_tf_export.json"), encoding="utf-8") as f:
         encoder = json.load(f)["encoder"]
-    from cmlm_tf.inference import describe_cpu
+    from cmlm_tf.host import describe_cpu
 
     caps = " ".join(f"{k}={v}" for k, v in ISA_CAPS.get(args.cap_isa, {}).items())
     print(f"machine: {describe_cpu()}; load average before: {os.getloadavg()[0]:.2f}")

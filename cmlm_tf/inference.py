@@ -3,27 +3,27 @@
 `load` opens the export's `serving/1` model and calls the functions the exporter saved in it
 (`cmlm_tf.export.serving.ServingModule`): `tokenize`, and the inference forward that
 `serving_default` also runs (`bucketed_*`, or the plain `pooled_*`). What stays in Python
-is the batching: texts are tokenised, sorted by token count and batched. Each batch runs
-`bucketed_float32` / `bucketed_bfloat16`, which sort it again inside the graph and run it in
-sub-batches padded only to their own longest text, as `serving_default` does. With
-`jit_compile=True` each batch is instead padded to its length bucket (`bucket_length`) and
-row count (`bucket_rows`) and runs the plain forward XLA-compiled, one graph per shape,
-built once and reused (off by default: the saved graphs ran faster, docs/results.md).
+is the batching (`cmlm_tf.batching`): texts are tokenised, sorted by token count and batched.
+Each batch runs `bucketed_float32` / `bucketed_bfloat16`, which sort it again inside the graph
+and run it in sub-batches padded only to their own longest text, as `serving_default` does.
+With `jit_compile=True` each batch is instead padded to its length bucket (`bucket_length`)
+and row count (`bucket_rows`) and runs the plain forward XLA-compiled, one graph per shape,
+built once and reused (off by default: the saved graphs ran faster, docs/results.md). The
+machine's side (bfloat16 support, thread pools) is `cmlm_tf.host`; MTEB's encoder over a
+loaded model is `cmlm_tf.evaluation.mteb_adapter.MTEBEncoder`.
 """
 
-import functools
 import json
-import logging
 import numbers
 import os
 import sys
-import warnings
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from cmlm_tf.evaluation import mteb_adapter
-from cmlm_tf.evaluation.knn import l2_normalize
+from cmlm_tf.batching import bucket_length, bucket_rows, sorted_batches
+from cmlm_tf.host import apply_thread_settings, warn_if_bfloat16_is_emulated
+from cmlm_tf.vectors import l2_normalize_array
 
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
 
@@ -34,164 +34,6 @@ METADATA_FILE = "cmlm_tf_export.json"
 FORMAT_VERSION = 2
 # Texts are tokenised this many batches at a time, then sorted by token count.
 _TOKENIZE_BATCHES = 16
-# CPU flags (Linux /proc/cpuinfo) of native bfloat16 arithmetic.
-_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def bucket_length(num_tokens: int, seq_length: int) -> int:
-    """The padded length of a batch whose longest text has `num_tokens` tokens.
-
-    Multiples of 8 up to 64, of 16 up to 128, then of 32; never above `seq_length`. Few
-    buckets keep the number of traced (and XLA-compiled) graphs small; the rounding wastes
-    at most a few padding positions per batch.
-    """
-    step = 8 if num_tokens <= 64 else 16 if num_tokens <= 128 else 32
-    return int(min(max(-(-num_tokens // step) * step, step), seq_length))
-
-
-def bucket_rows(num_rows: int, batch_size: int) -> int:
-    """Rows a batch is padded to: the next power of two, at most `batch_size`."""
-    rows = 1
-    while rows < num_rows:
-        rows *= 2
-    return min(rows, batch_size)
-
-
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> List[np.ndarray]:
-    """Index arrays of consecutive batches of the positions sorted by decreasing length
-    (stable: ties keep input order); together they cover every position once."""
-    order = np.argsort(-np.asarray(lengths, np.int64), kind="stable")
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def encode_sorted(texts: Sequence, embed_batch: Callable[[list], np.ndarray],
-                  batch_size: int) -> np.ndarray:
-    """Embeds `texts` in batches of similar length; returns the rows in input order.
-
-    `embed_batch(list of texts) -> float [len, dim]`. Sorting by length keeps the padding of
-    each batch small (as sentence-transformers does); the one batching loop of `encode()`'s
-    callers that hold a live model (dev metrics during training).
-    """
-    batches = sorted_batches([len(text) for text in texts], batch_size)
-    vectors = [embed_batch([texts[i] for i in index]) for index in batches]
-    output = np.empty((len(texts),) + vectors[0].shape[1:], vectors[0].dtype) if vectors \
-        else np.zeros((0, 0), np.float32)
-    for index, rows in zip(batches, vectors):
-        output[index] = rows
-    return output
-
-
-def cpu_flags() -> Optional[set]:
-    """The CPU feature flags from /proc/cpuinfo, or None where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        return None
-    return None
-
-
-_SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
-                "amx_int8")
-
-
-def speed_flags() -> List[str]:
-    """The CPU's flags that matter for speed figures (vector and matrix extensions)."""
-    flags = cpu_flags() or set()
-    return [flag for flag in _SPEED_FLAGS if flag in flags]
-
-
-def cpu_model() -> Optional[str]:
-    """The CPU's model name from /proc/cpuinfo, or None where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            return next((line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name")), None)
-    except OSError:
-        return None
-
-
-def describe_cpu() -> str:
-    """`model name, N cores, flags: ...` with the flags that matter for speed figures."""
-    return (f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} cores, "
-            f"flags: {' '.join(speed_flags()) or 'unknown'}")
-
-
-def native_bfloat16() -> Optional[bool]:
-    """Whether the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX); None where its
-    flags cannot be read."""
-    flags = cpu_flags()
-    return None if flags is None else bool(flags & set(_NATIVE_BF16_FLAGS))
-
-
-def warn_if_bfloat16_is_emulated() -> bool:
-    """Warns (once per process) when bfloat16 would run emulated, and slower than float32.
-
-    That is a CPU whose flags show neither AVX512_BF16 nor AMX, with no GPU. Returns whether
-    it warned. Machines whose flags cannot be read are not warned about.
-    """
-    if native_bfloat16() in (None, True):
-        return False
-    import tensorflow as tf
-
-    if tf.config.list_physical_devices("GPU"):
-        return False
-    _warn_once("precision='bfloat16': this CPU has neither AVX512_BF16 nor AMX, so "
-               "TensorFlow emulates bfloat16 and it runs slower than float32 here; use "
-               "precision='float32'")
-    return True
-
-
-@functools.cache
-def _warn_once(message: str) -> None:
-    """Logs `message` and issues it as a RuntimeWarning, the first time in a process only
-    (`_warn_once.cache_clear()` forgets what was said)."""
-    logging.getLogger(__name__).warning(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
-
-
-def apply_thread_settings(intra_op_threads: Optional[int],
-                          inter_op_threads: Optional[int]) -> Dict[str, object]:
-    """Sets TensorFlow's thread pools if its runtime has not started yet.
-
-    Returns `{"intra_op_threads", "inter_op_threads", "applied"}`. TensorFlow fixes its pools
-    when it first runs an op; after that a different request cannot take effect: it is logged
-    as a warning and reported with `applied=False` (a request equal to the current setting
-    counts as applied).
-    """
-    import tensorflow as tf
-
-    settings = {"intra_op_threads": intra_op_threads, "inter_op_threads": inter_op_threads,
-                "applied": True}
-    threading = tf.config.threading
-    setters = (
-        (intra_op_threads, threading.get_intra_op_parallelism_threads,
-         threading.set_intra_op_parallelism_threads),
-        (inter_op_threads, threading.get_inter_op_parallelism_threads,
-         threading.set_inter_op_parallelism_threads),
-    )
-    for value, getter, setter in setters:
-        if value is None:
-            continue
-        if value < 0:
-            raise ValueError(f"thread counts must be >= 0 (0 = TensorFlow's default), "
-                             f"got {value}")
-        if getter() == value:
-            continue
-        try:
-            setter(int(value))
-        except RuntimeError:
-            settings["applied"] = False
-    if not settings["applied"]:
-        message = (f"cmlm_tf.load: thread settings intra_op_threads={intra_op_threads}, "
-                   f"inter_op_threads={inter_op_threads} not applied: TensorFlow's runtime "
-                   "has already started in this process (pass them to the first load(), "
-                   "before any other TensorFlow work)")
-        logging.getLogger(__name__).warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-    return settings
 
 
 def as_texts(texts) -> List[bytes]:
@@ -233,13 +75,14 @@ def _check_batch_size(batch_size) -> int:
     return int(batch_size)
 
 
-class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
+class SentenceEncoderModel:
     """An exported cmlm_tf encoder, ready to embed text.
 
     The names sentence-transformers users know work too: `encode(...,
     normalize_embeddings=, show_progress_bar=, convert_to_numpy=, convert_to_tensor=)`,
-    `similarity(a, b)`, `get_sentence_embedding_dimension()` and `max_seq_length`. It is an
-    MTEB 2.x encoder as well (`mteb.evaluate(model, tasks)`; `cmlm_tf.evaluation.mteb_adapter`).
+    `similarity(a, b)`, `get_sentence_embedding_dimension()` and `max_seq_length`. For MTEB
+    2.x, wrap it: `mteb.evaluate(mteb_adapter.MTEBEncoder(model), tasks)`
+    (`cmlm_tf.evaluation.mteb_adapter`).
 
     Attributes:
         dim: embedding size (read from the SavedModel).
@@ -324,7 +167,7 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
                show_progress: Optional[bool] = None, language: Optional[str] = None,
                pcr=None, *, normalize_embeddings: Optional[bool] = None,
                show_progress_bar: Optional[bool] = None, convert_to_numpy: bool = True,
-               convert_to_tensor: bool = False, **mteb_call):
+               convert_to_tensor: bool = False):
         """Embeds `texts`; returns float32 [n, dim] in input order (one string: [dim]).
 
         Texts are sorted by token count before batching, and each batch runs in
@@ -348,11 +191,7 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
             convert_to_numpy: return a NumPy array (the default); False gives a list of
                 [dim] arrays, as sentence-transformers does.
             convert_to_tensor: return a `tf.Tensor` instead.
-            **mteb_call: MTEB's `encode(DataLoader, task_metadata=, hf_split=, hf_subset=,
-                prompt_type=)`: `texts` is then MTEB's loader (`mteb_adapter.loader_texts`).
         """
-        if mteb_call or mteb_adapter.is_data_loader(texts):
-            texts = mteb_adapter.loader_texts(texts, **mteb_call)
         normalize = _either("normalize", normalize, "normalize_embeddings",
                             normalize_embeddings, default=True)
         show_progress = _either("show_progress", show_progress, "show_progress_bar",
@@ -377,7 +216,7 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
             if progress is not None:
                 progress.close()
             if normalize:
-                output = l2_normalize(output)
+                output = l2_normalize_array(output)
             if components is not None:
                 output = components.apply(output, language, renormalize=normalize)
         result = output[0] if single else output
@@ -397,7 +236,7 @@ class SentenceEncoderModel(mteb_adapter.MTEBEncoderMixin):
         if a.shape[1] != b.shape[1]:
             raise ValueError(f"a has vectors of dim {a.shape[1]} and b of dim {b.shape[1]}; "
                              "compare vectors of one model")
-        return l2_normalize(a) @ l2_normalize(b).T
+        return l2_normalize_array(a) @ l2_normalize_array(b).T
 
     def _rows(self, name: str, x) -> np.ndarray:
         """`similarity`'s argument as float32 [rows, dim]: texts encoded, a vector one row."""

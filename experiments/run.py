@@ -51,7 +51,7 @@ import time
 import traceback
 from typing import Dict, List, Optional, Tuple
 
-from cmlm_tf import inference, run_dir
+from cmlm_tf import host, run_dir
 from experiments import claims as claims_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -720,8 +720,8 @@ def write_result(path: str, claim: claims_lib.Claim, arm: claims_lib.Arm, seed: 
             r["cpu_seconds"] for r in stages if r["reused"]),
         "wall_seconds": {**wall, "total": sum(wall.values())},
         **extra,
-        "machine": {"cpu": inference.cpu_model() or platform.processor(), "cores": os.cpu_count(),
-                    "flags": inference.speed_flags(), "tf_threads": _tf_threads(),
+        "machine": {"cpu": host.cpu_model() or platform.processor(), "cores": os.cpu_count(),
+                    "flags": host.speed_flags(), "tf_threads": _tf_threads(),
                     "python": platform.python_version()},
         "git_commit": _git_commit(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -871,7 +871,7 @@ def check_configs(claim: claims_lib.Claim, ctx: Context) -> int:
     strictly (an unknown or mistyped field fails, as in the driver); returns how many.
     Raises ValueError naming the arm and stage. The claim's data must be prepared (the
     MiniLM warm start)."""
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     values = {**arm_values(1, ctx), "best_queue_size": 1024}
     folder = os.path.join(ctx.results, "configs", claim.name)

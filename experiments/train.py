@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     from absl import logging
     from official.core import train_utils
 
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
     from cmlm_tf.modeling import sentence_encoder
 
     logging.set_verbosity(logging.INFO)

@@ -6,7 +6,7 @@ The library is `cmlm_tf.export.export_lib`; an installed package runs the same c
 
 import sys
 
-from cmlm_tf.export.cli import main
+from cmlm_tf.commands.export import main
 from cmlm_tf.export.export_lib import export
 
 __all__ = ["export", "main"]

@@ -17,6 +17,7 @@ import json  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -101,16 +102,65 @@ def write_bundled_pairs(path: pathlib.Path, count: int) -> pathlib.Path:
     return path
 
 
+# Words of the generated two-language corpus of the vocabulary tests.
+VOCAB_EN = {
+    "greet": ["Hello", "Hi"],
+    "subj": ["the man", "the woman", "my friend", "the child", "our teacher"],
+    "verb": ["reads", "writes", "likes", "wants", "sees"],
+    "obj": ["a book", "the letter", "some music", "the garden", "a song"],
+}
+VOCAB_ES = {
+    "greet": ["Hola", "Buenas"],
+    "subj": ["el hombre", "la mujer", "mi amigo", "el niño", "nuestra maestra"],
+    "verb": ["lee", "escribe", "quiere", "ve", "canta"],
+    "obj": ["un libro", "la carta", "una canción", "el jardín", "la música"],
+}
+
+
+def _vocab_sentences(lang: dict, n: int, rng) -> list:
+    return [f"{rng.choice(lang['greet'])}, {rng.choice(lang['subj'])} "
+            f"{rng.choice(lang['verb'])} {rng.choice(lang['obj'])}." for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def vocab_corpus(tmp_path_factory):
+    """Two language groups for vocabulary learning: English in two files (a glob), Spanish
+    in one; a few hundred lines each."""
+    import random
+
+    rng = random.Random(0)
+    root = tmp_path_factory.mktemp("vocab_corpus")
+    (root / "en").mkdir()
+    for i in range(2):
+        lines = _vocab_sentences(VOCAB_EN, 200, rng)
+        (root / "en" / f"part{i}.txt").write_text("\n".join(lines) + "\n\n", encoding="utf-8")
+    (root / "es.txt").write_text("\n".join(_vocab_sentences(VOCAB_ES, 300, rng)) + "\n",
+                                 encoding="utf-8")
+    return [str(root / "en" / "*.txt"), str(root / "es.txt")]
+
+
+def check_vocab_format(vocab: list, vocab_size: int):
+    """A WordPiece vocabulary as `cmlm_tf.vocab.wordpiece` writes it: the reserved tokens
+    first, each token once and without whitespace around it, at most `vocab_size` of them."""
+    from cmlm_tf.vocab.wordpiece import RESERVED_TOKENS
+
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert list(RESERVED_TOKENS) == vocab[:5]
+    assert len(vocab) == len(set(vocab))
+    assert len(vocab) <= vocab_size
+    assert all(t and t == t.strip() and "\n" not in t for t in vocab)
+
+
 @pytest.fixture(scope="session")
 def tiny_sp_model(tmp_path_factory):
     """A joint SentencePiece model of at most 200 pieces trained on 300 bundled pairs."""
-    from cmlm_tf import build_vocab
+    from cmlm_tf.vocab import sentencepiece
 
     folder = tmp_path_factory.mktemp("sp")
     pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
     sentences = (side for line in pairs.read_text(encoding="utf-8").splitlines()
                  for side in line.split("\t"))
-    build_vocab.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
+    sentencepiece.train_sentencepiece(sentences, str(folder / "sp.model"), 200)
     return folder / "sp.model"
 
 
@@ -130,7 +180,7 @@ TINY_EXPORT_SEQ_LENGTH = 12
 
 def export_tiny_run(tmp_path_factory, run_dir, name: str) -> pathlib.Path:
     """Exports a tiny run through the command line, with a seq_length override."""
-    from cmlm_tf.export import cli as export_cli
+    from cmlm_tf.commands import export as export_cli
 
     export_dir = tmp_path_factory.mktemp("exports") / name
     rc = export_cli.main(["--model_dir", str(run_dir), "--export_dir", str(export_dir),
@@ -181,6 +231,16 @@ def one_blas_thread():
         yield
 
 
+class FakeClock:
+    """A clock for code that takes one (`clock=`): returns `now`, which the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
 def cosines(a, b) -> np.ndarray:
     """Row-wise cosine of two [n, dim] arrays, in float64."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -213,11 +273,25 @@ def cli_env() -> dict:
     return {k: v for k, v in subprocess_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
 
 
+def run_child(function: str, *args, env=None) -> subprocess.CompletedProcess:
+    """Runs `tests/driver/children.py`'s `function` with `args` in a fresh interpreter, from
+    the repository root with `cli_env()` (or `env`); its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "tests.driver.children", function,
+                           *map(str, args)], capture_output=True, text=True,
+                          env=env or cli_env(), cwd=REPO_DIR, timeout=3600)
+
+
 def write_byte_lines(path: pathlib.Path, lines) -> str:
     """Writes `lines` (bytes, without line ends) to `path`, one per line; returns the path as
     a string, as config fields take it."""
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     return str(path)
+
+
+def write_tiny_bitext(path: pathlib.Path, count: int = 64) -> str:
+    """Up to 64 translation pairs of two `TINY_WORDS` each ("a b" and "b a"), as a TSV file."""
+    lines = [f"{a} {b}\t{b} {a}".encode() for a in TINY_WORDS[:8] for b in TINY_WORDS[8:16]]
+    return write_byte_lines(path, lines[:count])
 
 
 def write_corpus(path: pathlib.Path, documents) -> pathlib.Path:
@@ -359,3 +433,39 @@ def load_script(relative_path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def one_error_line(err: str) -> str:
+    """The `error:` line that ends a command's stderr: one, and no traceback (the lines
+    before it are progress lines such as `cmlm_tf.progress.Stages`' or `encoding N sentences`)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors == lines[-1:] and "Traceback" not in err, err
+    return errors[0]
+
+
+# Requests of odd composition: each is served in length buckets of 8 rows.
+# Words of one token each in the tiny vocabulary: every `SAME_LENGTH` text has 4 tokens.
+SAME_LENGTH = [f"the {word}" for word in ("man", "woman", "child", "dog", "cat", "horse",
+                                          "guitar", "flute", "onion", "snake", "mouse", "house",
+                                          "car", "day", "night", "world", "hello")]
+COMPOSITIONS = {
+    "one long among short": ["a dog", "the red car", "hello", "a cat is running"] * 3
+    + ["the woman is slicing an onion . the man is playing"] + ["good day", "blue"] * 3,
+    "all the same length": SAME_LENGTH,
+    "one": ["the man is playing a guitar ."],
+}
+
+
+TINY_TRAIN = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
+         "--config_file=cmlm_tiny", "--mode=train"]
+
+
+def tiny_train_command(model_dir, steps, interval=10):
+    """`python -m cmlm_tf.train` of a tiny CMLM run of `steps` steps, with a loop, a summary
+    and a checkpoint every `interval` steps."""
+    return TINY_TRAIN + [f"--model_dir={model_dir}",
+                    f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps},"
+                    f"trainer.steps_per_loop={interval},trainer.checkpoint_interval={interval},"
+                    f"trainer.summary_interval={interval},"
+                    "trainer.max_to_keep=10"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cmlm_tf import bert_normalizer, configs, tokenization
+from cmlm_tf import bert_normalizer, configs, packing, tokenization
 from tests.conftest import REPO_DIR, SHARED_DATA, TESTS_DIR
 
 UDHR = SHARED_DATA / "udhr"
@@ -190,7 +190,7 @@ def test_ids_equal_hugging_face_at_labse_vocabulary_size(tmp_path):
     special = tokenization.special_token_ids(tokenizer)
     import tensorflow as tf
 
-    packed = tokenization.tokenize_and_pack(tokenizer, special, tf.constant(golden["texts"]),
+    packed = packing.tokenize_and_pack(tokenizer, special, tf.constant(golden["texts"]),
                                             maker.MAX_SEQ_LENGTH)
     ids = [row[:length] for row, length in zip(packed["input_word_ids"].numpy().tolist(),
                                                packed["input_mask"].numpy().sum(1))]

@@ -5,16 +5,17 @@ import os
 
 import pytest
 
-from cmlm_tf import cli, disk
+from cmlm_tf import disk
+from cmlm_tf.commands import common
 
 
 def test_disk_full_error_names_the_file_and_the_free_space(tmp_path):
     error = disk.DiskFullError(str(tmp_path / "out.tsv"))
     assert error.errno == errno.ENOSPC
-    line = cli.one_line(error)
+    line = common.one_line(error)
     assert line.startswith(f"{tmp_path / 'out.tsv'}: no space left on device")
     assert "MiB free there" in line
-    assert cli.is_user_error(error)
+    assert common.is_user_error(error)
 
 
 def test_tensorflow_disk_full_is_translated(tmp_path):

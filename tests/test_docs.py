@@ -8,22 +8,22 @@ import shlex
 
 import pytest
 
-from tests.conftest import REPO_DIR
+from tests.conftest import REPO_DIR, run_child
 
 # Module run with `python -m` -> the module whose build_parser() parses its flags.
 PARSERS = {
-    "cmlm_tf.train": "cmlm_tf.train",
-    "cmlm_tf.export": "cmlm_tf.export.cli",
-    "export.export_tfhub": "cmlm_tf.export.cli",
-    "cmlm_tf.evaluate": "cmlm_tf.evaluate",
-    "cmlm_tf.mine": "cmlm_tf.mine",
-    "cmlm_tf.embed_corpus": "cmlm_tf.embed_corpus",
-    "cmlm_tf.mine_hard_negatives": "cmlm_tf.mine_hard_negatives",
-    "cmlm_tf.similarity": "cmlm_tf.similarity",
-    "cmlm_tf.build_vocab": "cmlm_tf.build_vocab",
-    "cmlm_tf.convert_hf_bert": "cmlm_tf.convert_hf_bert",
-    "cmlm_tf.import_model": "cmlm_tf.import_model",
-    "cmlm_tf.convert_nli": "cmlm_tf.convert_nli",
+    "cmlm_tf.train": "cmlm_tf.commands.train",
+    "cmlm_tf.export": "cmlm_tf.commands.export",
+    "export.export_tfhub": "cmlm_tf.commands.export",
+    "cmlm_tf.evaluate": "cmlm_tf.commands.evaluate",
+    "cmlm_tf.mine": "cmlm_tf.commands.mine",
+    "cmlm_tf.embed_corpus": "cmlm_tf.commands.embed_corpus",
+    "cmlm_tf.mine_hard_negatives": "cmlm_tf.commands.mine_hard_negatives",
+    "cmlm_tf.similarity": "cmlm_tf.commands.similarity",
+    "cmlm_tf.build_vocab": "cmlm_tf.commands.build_vocab",
+    "cmlm_tf.convert_hf_bert": "cmlm_tf.commands.convert_hf_bert",
+    "cmlm_tf.import_model": "cmlm_tf.commands.import_model",
+    "cmlm_tf.convert_nli": "cmlm_tf.commands.convert_nli",
 }
 OPTIONAL = {name: name for name in ("experiments.run", "experiments.report",
                                      "experiments.train", "experiments.evaluate")}
@@ -80,7 +80,7 @@ def test_commands_were_found():
 @pytest.mark.parametrize("where,number,module,arguments,whole", ALL,
                          ids=[f"{w}:{n}" for w, n, _, _, _ in ALL])
 def test_command_parses(where, number, module, arguments, whole):
-    from cmlm_tf import configs
+    from cmlm_tf import config_files
 
     target = PARSERS.get(module) or OPTIONAL.get(module)
     assert target, f"{where}:{number}: unknown command python -m {module}"
@@ -117,7 +117,40 @@ def test_command_parses(where, number, module, arguments, whole):
         pytest.fail(f"{where}:{number}: python -m {module} {arguments}")
     for recipe in getattr(args, "config_file", None) or []:
         if "/" not in recipe and not recipe.endswith(".yaml"):
-            configs.resolve_recipe(recipe)
+            config_files.resolve_recipe(recipe)
+
+
+def _documented_commands():
+    """The distinct modules of ours that the pages run with `python -m`, in this checkout."""
+    import importlib.util
+
+    modules = sorted({module for _, _, module, _, _ in ALL if module in PARSERS or
+                      module in OPTIONAL})
+    return [module for module in modules if importlib.util.find_spec(module.split(".")[0])]
+
+
+COMMANDS = _documented_commands()
+
+
+@pytest.fixture(scope="module")
+def help_outputs():
+    """{module: {"exit_code", "first_line"}} of `python -m MODULE --help` for every
+    documented command, all run as `__main__` in one child interpreter."""
+    import json
+
+    result = run_child("help_of_commands", *COMMANDS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return {report.pop("module"): report for report in reports}
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_documented_command_help_runs(module, help_outputs):
+    """`python -m MODULE --help`, as a user runs it: exit 0, a usage line naming the
+    command."""
+    report = help_outputs[module]
+    assert report["exit_code"] == 0, report
+    assert report["first_line"].startswith(f"usage: python -m {module} "), report
 
 
 def test_readme_is_a_front_page():
@@ -227,10 +260,9 @@ SNIPPETS = [(page, number, code) for page in ("README.md", "docs/serving.md")
             if not any(word in code for word in _SERVER_SNIPPETS)]
 
 
-@pytest.mark.parametrize("page,number,code", SNIPPETS,
+@pytest.mark.parametrize("page,number", [(page, number) for page, number, _ in SNIPPETS],
                          ids=[f"{page}:{number}" for page, number, _ in SNIPPETS])
-def test_python_snippets_run_quietly(page, number, code, tiny_export, minilm_export,
-                                     tmp_path):
+def test_python_snippets_run_quietly(page, number, tiny_export, minilm_export, tmp_path):
     """Each snippet runs as a user would paste it (exports at the paths it names), exits 0
     and writes nothing to stderr: no TensorFlow start-up lines, no CUDA errors."""
     import os
@@ -243,7 +275,8 @@ def test_python_snippets_run_quietly(page, number, code, tiny_export, minilm_exp
     os.symlink(minilm_export, exports / "all-MiniLM-L6-v2")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = str(REPO_DIR)
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=3600)
+    result = subprocess.run([sys.executable, "-m", "tests.driver.children", "doc_snippet", page,
+                             str(number)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=3600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.strip() == "", result.stderr[-3000:]

@@ -8,8 +8,9 @@ import sys
 import pytest
 import yaml
 
-from cmlm_tf import configs, import_folder, import_model
-from tests.conftest import TESTS_DIR, subprocess_env
+from cmlm_tf import config_files, import_folder
+from cmlm_tf.commands import import_model
+from tests.conftest import REPO_DIR, TESTS_DIR, subprocess_env
 
 STANDINS = TESTS_DIR / "testdata" / "st_standins"
 # Two WordPiece models with vocabularies of different lengths.
@@ -49,15 +50,15 @@ def test_a_relative_warm_start_trains_and_exports_as_the_docs_write_it(
         tmp_path, imported, monkeypatch):
     """`--config_file=runs/model/warm_start.yaml` and `--model_dir runs/model`, relative to
     the working directory, as docs/import.md's commands give them."""
-    from cmlm_tf import train
-    from cmlm_tf.export import export_lib
+    from cmlm_tf.commands import train
+    from cmlm_tf.export.source import resolve_source
 
     shutil.copytree(imported, tmp_path / "runs" / "model")
     monkeypatch.chdir(tmp_path)
     params = train.build_params("cmlm_tf/bitext", ["runs/model/warm_start.yaml"])
     assert os.path.samefile(params.task.init_checkpoint + ".index",
                             tmp_path / "runs" / "model" / "encoder.index")
-    source = export_lib.resolve_source(model_dir="runs/model")
+    source = resolve_source(model_dir="runs/model")
     assert os.path.samefile(source.checkpoint + ".index",
                             tmp_path / "runs" / "model" / "encoder.index")
 
@@ -65,16 +66,16 @@ def test_a_relative_warm_start_trains_and_exports_as_the_docs_write_it(
 def test_a_moved_folder_reads_its_own_files_not_those_at_the_old_path(tmp_path, imported):
     """Moved away, with another model imported at its old path, the folder still reads its
     own checkpoint and vocabulary, for training and for export."""
-    from cmlm_tf.export import export_lib
+    from cmlm_tf.export.source import resolve_source
 
     old_path, moved = tmp_path / "model", tmp_path / "moved"
     shutil.copytree(imported, old_path)
     os.rename(old_path, moved)
     import_model.convert(str(NEW_MODEL), str(old_path))
-    params = configs.load_experiment_config([str(moved / "warm_start.yaml")])
+    params = config_files.load_experiment_config([str(moved / "warm_start.yaml")])
     assert params.task.init_checkpoint == str(moved / "encoder")
     assert params.task.model.tokenizer.vocab_file == str(moved / "vocab.txt")
-    source = export_lib.resolve_source(model_dir=str(moved))
+    source = resolve_source(model_dir=str(moved))
     assert source.checkpoint == str(moved / "encoder")
     assert source.description["hf_dir"] == OLD_MODEL.name
     assert source.model.encoder.vocab_size == _lines(imported / "vocab.txt")
@@ -110,7 +111,7 @@ def test_overwrite_replaces_an_import_folder(tmp_path, imported, capsys):
 @pytest.mark.parametrize("damage", ["truncated_vocab", "no_source", "no_checkpoint"])
 def test_a_damaged_import_folder_is_refused_in_one_line_naming_the_file(
         tmp_path, imported, damage, capsys):
-    from cmlm_tf.export import cli as export_cli
+    from cmlm_tf.commands import export as export_cli
 
     folder = tmp_path / "model"
     shutil.copytree(imported, folder)
@@ -124,7 +125,7 @@ def test_a_damaged_import_folder_is_refused_in_one_line_naming_the_file(
     else:
         os.remove(folder / "encoder.index")
         named = "encoder"
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     with pytest.raises(import_folder.ImportFolderError, match=named):
         train.build_params("cmlm_tf/bitext", [str(folder / "warm_start.yaml")])
@@ -142,61 +143,10 @@ def test_a_cmlm_tf_export_as_import_dir_is_refused_in_one_line(tmp_path, tiny_ex
     assert not (tmp_path / "out").exists()
 
 
-_KILLING_IMPORT = """
-import builtins, os, sys
-kill_at, count_file, watched = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-events = []
-
-def event(what):
-    events.append(what)
-    with open(count_file, "w") as f:
-        f.write(str(len(events)))
-    return len(events) == kill_at
-
-class HalfWriter:
-    # Writes half of what it is given, then the process dies, as under kill -9.
-    def __init__(self, file):
-        self.file = file
-    def write(self, data):
-        self.file.write(data[:len(data) // 2])
-        self.file.flush()
-        os._exit(137)
-    def __getattr__(self, name):
-        return getattr(self.file, name)
-    def __enter__(self):
-        return self
-    def __exit__(self, *exc):
-        return self.file.__exit__(*exc)
-
-real_open = builtins.open
-def hooked_open(file, mode="r", *args, **kwargs):
-    handle = real_open(file, mode, *args, **kwargs)
-    if isinstance(file, (str, os.PathLike)) and "w" in mode \\
-            and os.path.abspath(file).startswith(watched) and event(("write", file)):
-        return HalfWriter(handle)
-    return handle
-
-def hooked(real):
-    def rename(src, dst, *args, **kwargs):
-        if any(os.path.abspath(p).startswith(watched) for p in (src, dst)) \\
-                and event(("rename", dst)):
-            os._exit(137)
-        return real(src, dst, *args, **kwargs)
-    return rename
-
-builtins.open = hooked_open
-os.rename, os.replace = hooked(os.rename), hooked(os.replace)
-from cmlm_tf import import_model
-sys.exit(import_model.main(sys.argv[4:]))
-"""
-
-
 def test_a_reimport_killed_at_each_write_keeps_a_whole_folder(tmp_path, imported, capsys):
     """A re-import with --overwrite, killed at each of its file writes (half-way through the
     write) and renames: the folder is the old import or the new one, whole, each time; the
     next import removes the debris with a warning."""
-    script = tmp_path / "killing_import.py"
-    script.write_text(_KILLING_IMPORT, encoding="utf-8")
     models = tmp_path / "models"
     out = models / "model"
     old_tokens = _lines(imported / "vocab.txt")
@@ -209,7 +159,8 @@ def test_a_reimport_killed_at_each_write_keeps_a_whole_folder(tmp_path, imported
         count = tmp_path / "events.txt"
         count.write_text("0")
         killed = subprocess.run(
-            [sys.executable, str(script), str(kill_at), str(count), str(models)] + args,
+            [sys.executable, "-m", "tests.driver.children", "import_killed_at_write",
+             str(kill_at), str(count), str(models)] + args, cwd=REPO_DIR,
             env=subprocess_env(), capture_output=True, text=True, timeout=3600)
         if killed.returncode == 0:
             break
@@ -245,11 +196,11 @@ def test_an_import_onto_a_full_disk_is_one_line_and_leaves_nothing(small_disk, c
 
 def test_a_run_folder_whose_vocabulary_was_cut_is_refused_by_the_export(
         tmp_path, tiny_run_dir, capsys):
-    from cmlm_tf.export import cli as export_cli
+    from cmlm_tf.commands import export as export_cli
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run_dir, run)
-    vocab_file = configs.load_experiment_config([str(run / "params.yaml")]) \
+    vocab_file = config_files.load_experiment_config([str(run / "params.yaml")]) \
         .task.model.tokenizer.vocab_file
     copy = tmp_path / "vocab.txt"
     lines = open(vocab_file, encoding="utf-8").read().splitlines(keepends=True)

@@ -32,8 +32,9 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
     bin_dir = venv / "bin"
-    site = _run([str(bin_dir / "python"), "-c", "import sysconfig; "
-                 "print(sysconfig.get_paths()['purelib'])"], tmp_path, env).stdout.strip()
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" \
+        / "site-packages"
+    assert site.is_dir(), os.listdir(venv / "lib")
     dependencies = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
     with open(os.path.join(site, "test_dependencies.pth"), "w", encoding="utf-8") as f:
         f.write("\n".join(dependencies) + "\n")
@@ -42,11 +43,11 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
-    where = _run([str(bin_dir / "python"), "-c", "import cmlm_tf; print(cmlm_tf.__file__)"],
-                 work, env).stdout
-    assert str(venv) in where, where
-    missing = subprocess.run([str(bin_dir / "python"), "-c", "import export"], cwd=work, env=env,
-                             capture_output=True, text=True)
+    # pydoc imports the package and names the file it came from.
+    where = _run([str(bin_dir / "python"), "-m", "pydoc", "cmlm_tf"], work, env).stdout
+    assert str(venv) in where, where[-2000:]
+    missing = subprocess.run([str(bin_dir / "python"), "-m", "export.export_tfhub", "--help"],
+                             cwd=work, env=env, capture_output=True, text=True)
     assert missing.returncode != 0 and "No module named 'export'" in missing.stderr
 
     # As a user runs them: TensorFlow's C++ log level left to its default.
@@ -68,15 +69,10 @@ def test_wheel_runs_the_main_job_from_another_directory(tmp_path):
         assert str(work) not in text and str(tmp_path) not in text, recorded
 
 
-_IMPORT_THEN_TENSORFLOW = (
-    "import os, cmlm_tf, tensorflow as tf; "
-    "print(int(tf.reduce_sum(tf.constant([1, 2], tf.int64)))); "
-    "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL', 'unset'))")
-
-
 def _import_in_fresh_process(**env):
     base = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    return _run([sys.executable, "-c", _IMPORT_THEN_TENSORFLOW], REPO_DIR,
+    return _run([sys.executable, "-m", "tests.driver.children", "import_then_tensorflow"],
+                REPO_DIR,
                 dict(base, PYTHONPATH=str(REPO_DIR), **env))
 
 

@@ -42,19 +42,12 @@ def tfsm_vectors(export, texts, tmp_path):
     legacy-Keras switch, on batches of 64."""
     texts_file = tmp_path / "tfsm_texts.json"
     texts_file.write_text(json.dumps(texts), encoding="utf-8")
-    code = f"""
-import json, keras, numpy as np, tensorflow as tf, tensorflow_text
-layer = keras.layers.TFSMLayer({str(export / 'serving' / '1')!r},
-                               call_endpoint="serving_default")
-texts = json.load(open({str(texts_file)!r}, encoding="utf-8"))
-np.save({str(tmp_path / 'tfsm.npy')!r}, np.concatenate([
-    layer(tf.constant(texts[i:i + 64]))["embeddings"].numpy()
-    for i in range(0, len(texts), 64)]))
-"""
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, timeout=3600)
+    result = subprocess.run([sys.executable, "-m", "tests.driver.children", "tfsm_vectors",
+                             str(export / "serving" / "1"), str(texts_file),
+                             str(tmp_path / "tfsm.npy")], capture_output=True, text=True,
+                            env=env, cwd=REPO_DIR, timeout=3600)
     assert result.returncode == 0, result.stderr[-2000:]
     return np.load(tmp_path / "tfsm.npy")
 
@@ -125,34 +118,12 @@ def test_every_path_gives_the_same_vectors(minilm_export, golden, tmp_path):
 @pytest.mark.skipif(not (SHARED_DATA / "stsb" / "sts-dev.csv").exists(),
                     reason="STS-B dev (../shared/data/stsb) is not present beside the checkout")
 def test_stsb_dev_spearman_of_every_path_in_fresh_process(minilm_export):
-    code = f"""
-import json, numpy as np, cmlm_tf
-from scipy.stats import spearmanr
-rows = [l.rstrip("\\n").split("\\t")[:7]
-        for l in open({str(SHARED_DATA / 'stsb' / 'sts-dev.csv')!r}, encoding="utf-8")]
-gold = [float(r[4]) for r in rows]
-texts = [r[5] for r in rows] + [r[6] for r in rows]
-model = cmlm_tf.load({str(minilm_export)!r})
-serving = model._serving.signatures["serving_default"]
-from cmlm_tf.export import tflite
-vectors = {{"encode": model.encode(texts)}}
-vectors["serving_default"] = np.concatenate([
-    serving(sentences=np.array(texts[i:i + 64], dtype=object))["embeddings"].numpy()
-    for i in range(0, len(texts), 64)])
-# TFLite float32 agrees with encode() at cosine >= 0.9999 (the every-path test); int8
-# differs by design, so its Spearman is measured here.
-for q in ("int8",):
-    runner = tflite.load_interpreter({str(minilm_export / 'tflite')!r} + f"/model_{{q}}.tflite"
-                                     ).get_signature_runner("serving_default")
-    vectors["tflite_" + q] = np.concatenate([
-        runner(sentences=np.array(texts[i:i + 64], dtype=object))["embeddings"]
-        for i in range(0, len(texts), 64)])
-n = len(rows)
-print(json.dumps({{k: spearmanr((v[:n] * v[n:]).sum(1), gold)[0] for k, v in vectors.items()}}))
-"""
     env = dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, timeout=3600)
+    result = subprocess.run([sys.executable, "-m", "tests.driver.children",
+                             "stsb_spearman_of_every_path",
+                             str(SHARED_DATA / "stsb" / "sts-dev.csv"), str(minilm_export)],
+                            capture_output=True, text=True, env=env, cwd=REPO_DIR,
+                            timeout=3600)
     assert result.returncode == 0, result.stderr[-2000:]
     spearman = json.loads(result.stdout.strip().splitlines()[-1])
     for path in ("encode", "serving_default"):

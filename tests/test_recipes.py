@@ -57,7 +57,7 @@ def _lines(path: str):
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipe_validates_on_held_out_data(name, monkeypatch):
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     monkeypatch.chdir(REPO_DIR)
     experiment, stack = _header_command(name)
@@ -85,7 +85,7 @@ def test_recipe_validates_on_held_out_data(name, monkeypatch):
 
 def test_tiny_recipes_have_held_out_validation(monkeypatch):
     """The tiny recipes validate on the bundled held-out splits (not on nothing)."""
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     monkeypatch.chdir(REPO_DIR)
     for name, field in (("cmlm_tiny", "input_path"), ("bitext_tiny", "input_path"),
@@ -99,7 +99,7 @@ def test_tiny_recipes_have_held_out_validation(monkeypatch):
 
 def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     """`validation_data.bitext_input_path` replaces `task.bitext_data` for validation only."""
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
     from cmlm_tf.data import bitext, mlm_tlm
 
     monkeypatch.chdir(REPO_DIR)
@@ -116,18 +116,3 @@ def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     assert [path.rsplit("/", 1)[-1] for path in read] == ["bible_en_es_heldout.tsv",
                                                            "bible_en_es.tsv"]
 
-
-def test_numbers_without_a_dot_in_overrides_are_numbers():
-    """YAML 1.1 reads `1e-7` (no dot) as a string: float fields still get the number, and a
-    word in a float field is still a one-line error naming the field."""
-    from cmlm_tf import train
-
-    params = train.build_params(
-        "cmlm_tf/bitext", params_override="task.model.encoder.layer_norm_epsilon=1e-7,"
-        "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=5e-5")
-    assert params.task.model.encoder.layer_norm_epsilon == 1e-7
-    assert params.trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate \
-        == 5e-5
-    with pytest.raises(ValueError, match="layer_norm_epsilon must be a number"):
-        train.build_params("cmlm_tf/bitext",
-                           params_override="task.model.encoder.layer_norm_epsilon=tiny")

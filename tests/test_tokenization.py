@@ -1,5 +1,5 @@
 """The fast WordPiece tokenizer: ids equal to the classic BertTokenizer's, word grouping,
-the documented whitespace difference, the fallback, and dense packing."""
+the documented whitespace difference and the fallback. (Packing: tests/test_packing.py.)"""
 
 import numpy as np
 import pytest
@@ -122,20 +122,3 @@ def test_unexpressible_vocabulary_falls_back_with_a_reason(tmp_path, caplog):
     assert "unk" in implementation["fallback_reason"].lower()
     assert "fast WordPiece tokenizer cannot express" in caplog.text
 
-
-@pytest.mark.parametrize("pad", [False, True])
-def test_dense_packing(pad):
-    ids = tf.ragged.constant([[5, 6, 7, 8, 9, 10], [], [11]], dtype=tf.int32)
-    packed = tokenization.pack_single_segment(ids, 5, 2, 3, 0, pad_to_seq_length=pad)
-    assert packed["input_word_ids"].numpy().tolist() == [[2, 5, 6, 7, 3], [2, 3, 0, 0, 0],
-                                                         [2, 11, 3, 0, 0]]
-    assert packed["input_mask"].numpy().tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0],
-                                                     [1, 1, 1, 0, 0]]
-    assert packed["input_type_ids"].numpy().max() == 0
-    longest = tokenization.pack_single_segment(ids[1:], 8, 2, 3, 0)["input_word_ids"]
-    assert longest.numpy().tolist() == [[2, 3, 0], [2, 11, 3]]
-    empty = tokenization.pack_single_segment(ids[1:2], 8, 2, 3, 0)["input_word_ids"]
-    assert empty.numpy().tolist() == [[2, 3]]
-    words = tf.ragged.constant([[[1, 2], [3]], [[4]]], dtype=tf.int32)
-    assert tokenization.pack_single_segment(words, 8, 2, 3, 0)["input_word_ids"].numpy()\
-        .tolist() == [[2, 1, 2, 3, 3], [2, 4, 3, 0, 0]]

@@ -28,7 +28,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs, packing, tokenization
 from cmlm_tf.data import pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
 
@@ -246,7 +246,7 @@ class BitextFeaturizer:
     """
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int):
-        self.pack = tokenization.SentencePacker(tokenization.build_tokenizer(tokenizer_config),
+        self.pack = packing.SentencePacker(tokenization.build_tokenizer(tokenizer_config),
                                                 seq_length)
         self.lower_case = bool(tokenizer_config.lower_case)
 

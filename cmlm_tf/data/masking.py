@@ -10,7 +10,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs, packing, tokenization
 
 # The special tokens masking never chooses, by their `get_special_tokens_dict` keys.
 MASKING_SPECIAL_KEYS = ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id")
@@ -165,11 +165,11 @@ class BatchMasker:
 
 class MaskingFeaturizer:
     """What a masked-LM featurizer holds: a `BatchMasker` (`masker`) and a
-    `tokenization.SentencePacker` of the masker's tokenizer (`pack`, with the tokenizer, its
+    `packing.SentencePacker` of the masker's tokenizer (`pack`, with the tokenizer, its
     special ids and the packed length)."""
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
                  max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
         self.masker = BatchMasker(tokenizer_config, max_predictions_per_seq, mask_ratio,
                                   seed=seed)
-        self.pack = tokenization.SentencePacker(self.masker.tokenizer, seq_length)
+        self.pack = packing.SentencePacker(self.masker.tokenizer, seq_length)

@@ -19,7 +19,7 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs, packing, tokenization
 from cmlm_tf.data import bitext, masking, pipeline
 from cmlm_tf.data.files import interleave_files, list_files
 from cmlm_tf.data.sentence_pairs import scan_corpus
@@ -100,7 +100,7 @@ class MLMTLMFeaturizer(masking.MaskingFeaturizer):
         tokenizer, special = self.pack.tokenizer, self.pack.special
         first = tokenizer(tokenization.valid_utf8(examples["first"]))
         second = tokenizer(tokenization.valid_utf8(examples["second"]))
-        packed = tokenization.pack_two_segments(
+        packed = packing.pack_two_segments(
             first, second, self.pack.seq_length, special["start_of_sequence_id"],
             special["end_of_segment_id"], special["padding_id"])
         masked = self.masker(packed["input_word_ids"], packed["input_mask"], batch_index)

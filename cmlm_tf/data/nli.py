@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs, packing, tokenization
 from cmlm_tf.data import pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
 
@@ -281,7 +281,7 @@ class NLIFeaturizer:
     dicts, int32 [batch, seq_length]) and `label` (int32 [batch])."""
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int):
-        self.pack = tokenization.SentencePacker(tokenization.build_tokenizer(tokenizer_config),
+        self.pack = packing.SentencePacker(tokenization.build_tokenizer(tokenizer_config),
                                                 seq_length)
 
     def __call__(self, examples: Dict[str, tf.Tensor]) -> Dict:

@@ -12,6 +12,7 @@ from typing import Dict, Mapping
 import numpy as np
 
 from cmlm_tf.evaluation import knn
+from cmlm_tf.vectors import unit_rows
 
 
 def same_language_share(embeddings: Mapping[str, np.ndarray], k: int = 10,
@@ -29,7 +30,7 @@ def same_language_share(embeddings: Mapping[str, np.ndarray], k: int = 10,
     if len(embeddings) < 2:
         raise ValueError(f"bias needs at least 2 languages, got {len(embeddings)}")
     languages = list(embeddings)
-    pool = knn.normalize(np.concatenate([np.asarray(embeddings[lang]) for lang in languages]))
+    pool = unit_rows(np.concatenate([np.asarray(embeddings[lang]) for lang in languages]))
     language_of = np.repeat(np.arange(len(languages)),
                             [len(embeddings[lang]) for lang in languages])
     _, neighbours = knn.top_k(pool, pool, k, exclude_self=True, block_bytes=block_bytes)

@@ -13,31 +13,6 @@ import numpy as np
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 
 
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """x / ‖x‖ along the last axis of float [..., dim] (a zero row stays zero), in the input's
-    dtype: the one NumPy L2 normalisation (tensors have `cmlm_tf.vectors.l2_normalize`)."""
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.where(norms > 0, norms, 1).astype(vectors.dtype)
-
-
-def normalize(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalises the rows of an evaluation matrix [n, dim] (zero rows stay zero); keeps
-    float32/float64, else float32.
-
-    Rows already of unit length (to float32 rounding) are returned as they are, without a
-    copy, so large normalised inputs are not duplicated in memory.
-    """
-    vectors = np.asarray(vectors)
-    if vectors.dtype not in (np.float32, np.float64):
-        vectors = vectors.astype(np.float32)
-    if vectors.ndim != 2:
-        raise ValueError(f"expected a [n, dim] matrix, got shape {vectors.shape}")
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    if np.all(np.abs(norms - 1) <= 1e-6):
-        return vectors
-    return l2_normalize(vectors)
-
-
 def block_rows(num_keys: int, itemsize: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
     """How many query rows fit in one [rows, num_keys] similarity block of `block_bytes`."""
     return max(1, block_bytes // max(1, num_keys * itemsize))
@@ -74,7 +49,7 @@ def top_k(queries: np.ndarray, keys: np.ndarray, k: int, exclude_self: bool = Fa
           block_bytes: int = DEFAULT_BLOCK_BYTES) -> Tuple[np.ndarray, np.ndarray]:
     """The k keys with the highest inner product with each query.
 
-    Inputs are used as given: pass L2-normalised rows (see `normalize`) for cosine.
+    Inputs are used as given: pass L2-normalised rows (`cmlm_tf.vectors.unit_rows`) for cosine.
 
     Args:
         queries: float [n, dim].

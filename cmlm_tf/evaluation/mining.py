@@ -20,6 +20,7 @@ from typing import Callable, Dict, Optional, Tuple
 import numpy as np
 
 from cmlm_tf.evaluation import knn
+from cmlm_tf.vectors import unit_rows
 
 MARGINS = ("ratio", "distance")
 # search(queries, keys, k) -> (cosines [n, k], indices int64 [n, k]).
@@ -161,7 +162,7 @@ def mine(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
          search_both: Optional[SearchBoth] = None) -> MinedPairs:
     """Margin-scored 1-to-1 pairs of two sets of embeddings (normalised here); `search` and
     `search_both` as in `margin_candidates`."""
-    return max_retrieval(margin_candidates(knn.normalize(src), knn.normalize(tgt), k, kind,
+    return max_retrieval(margin_candidates(unit_rows(src), unit_rows(tgt), k, kind,
                                            block_bytes=block_bytes, search=search,
                                            search_both=search_both))
 

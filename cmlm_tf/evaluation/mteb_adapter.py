@@ -1,18 +1,20 @@
-"""MTEB 2.x for cmlm_tf exports: `cmlm_tf.load(path)` as an MTEB encoder, and the runner of
-`python -m cmlm_tf.evaluate mteb`.
+"""MTEB 2.x for cmlm_tf exports: a loaded model as an MTEB encoder (`MTEBEncoder`), and the
+runner of `python -m cmlm_tf.evaluate mteb`.
 
 MTEB calls `model.encode(DataLoader, task_metadata=, hf_split=, hf_subset=, prompt_type=,
-batch_size=, show_progress_bar=)`. `SentenceEncoderModel.encode` hands such a call to
-`loader_texts`, which gathers the loader's texts; they are then embedded like any list
-(sorted by length, L2-normalised), so MTEB scores the vectors `encode(texts)` gives.
-`MTEBEncoderMixin` adds the rest of MTEB's `EncoderProtocol` to the model: `mteb_model_meta`
-(the export's name, dimension and maximum length) and `similarity_pairwise`.
+batch_size=, show_progress_bar=)`. `MTEBEncoder` wraps a `SentenceEncoderModel`
+(`cmlm_tf.load(path)`): its `encode` hands such a call to `loader_texts`, which gathers the
+loader's texts; they are then embedded by the model like any list (sorted by length,
+L2-normalised), so MTEB scores the vectors `encode(texts)` gives. The wrapper adds the rest of
+MTEB's `EncoderProtocol`: `mteb_model_meta` (the export's name, dimension and maximum length)
+and `similarity_pairwise`.
 
 MTEB, torch and sentence-transformers are the optional extra `pip install 'cmlm_tf[mteb]'`:
 nothing here imports them until MTEB itself is in use.
 """
 
 import functools
+import inspect
 import logging
 import os
 import sys
@@ -67,7 +69,7 @@ def loader_texts(inputs, **call) -> List[str]:
                          "only; leave precision out of MTEB's encode_kwargs")
     unknown = tuple(sorted(set(call) - set(PROTOCOL_KEYWORDS)))
     if unknown:
-        _warn_ignored_once(unknown)
+        warn_ignored_once(unknown)
     texts = []
     for number, batch in enumerate(inputs):
         if not hasattr(batch, "keys") or "text" not in batch:
@@ -105,9 +107,33 @@ def model_meta(model):
         modalities=["text"], model_type=["dense"])
 
 
-class MTEBEncoderMixin:
-    """What `SentenceEncoderModel` adds for MTEB's `EncoderProtocol` besides `encode` and
-    `similarity`. Needs `export_dir`, `metadata`, `dim` and `seq_length`."""
+class MTEBEncoder:
+    """A loaded export as MTEB's encoder: `mteb.evaluate(MTEBEncoder(cmlm_tf.load(path)),
+    tasks)`.
+
+    Args:
+        model: a `SentenceEncoderModel`; its `export_dir`, `metadata`, `dim` and `seq_length`
+            name and describe it to MTEB.
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+    def encode(self, inputs, **call):
+        """The model's `encode` of MTEB's `DataLoader` (its texts, `loader_texts`), or of texts.
+
+        Keywords of the model's `encode` (`batch_size`, `show_progress_bar`, ...) go to it;
+        the others are MTEB's protocol keywords, read by `loader_texts`.
+        """
+        own = inspect.signature(self.model.encode).parameters
+        options = {name: call.pop(name) for name in list(call) if name in own}
+        if call or is_data_loader(inputs):
+            inputs = loader_texts(inputs, **call)
+        return self.model.encode(inputs, **options)
+
+    def similarity(self, a, b) -> np.ndarray:
+        """Cosine similarities float32 [len(a), len(b)] (the model's `similarity`)."""
+        return self.model.similarity(a, b)
 
     @property
     def mteb_model_meta(self):
@@ -118,7 +144,7 @@ class MTEBEncoderMixin:
         except ImportError:
             raise AttributeError("mteb_model_meta needs MTEB, which is not installed: "
                                  f"{INSTALL_HINT}") from None
-        return model_meta(self)
+        return model_meta(self.model)
 
     def similarity_pairwise(self, embeddings1, embeddings2) -> np.ndarray:
         """Cosine similarity of row i of `embeddings1` [n, dim] with row i of
@@ -144,12 +170,12 @@ def resolve_tasks(names: Sequence[str]):
                          "(see `mteb.get_tasks()` for the names)") from None
 
 
-def evaluate_export(export_dir: str, tasks: Sequence, output_folder: str,
-                    batch_size: int = 64, overwrite: bool = False) -> Dict[str, object]:
-    """Runs MTEB tasks on an export and writes MTEB's result files.
+def evaluate_encoder(encoder: MTEBEncoder, tasks: Sequence, output_folder: str,
+                     batch_size: int = 64, overwrite: bool = False) -> Dict[str, object]:
+    """Runs MTEB tasks on a loaded export and writes MTEB's result files.
 
     Args:
-        export_dir: a folder written by `python -m cmlm_tf.export`.
+        encoder: the export loaded and wrapped, `MTEBEncoder(cmlm_tf.load(export_dir))`.
         tasks: MTEB task objects (`resolve_tasks`, or a task defined in code).
         output_folder: MTEB's result cache; the results land in
             `<output_folder>/results/cmlm_tf__<folder>/<revision>/<Task>.json`.
@@ -163,16 +189,13 @@ def evaluate_export(export_dir: str, tasks: Sequence, output_folder: str,
         several).
     """
     mteb = import_mteb()
-    import cmlm_tf
-
     tasks = list(tasks)
-    model = cmlm_tf.load(export_dir)
     cache = mteb.ResultCache(output_folder)
-    result = mteb.evaluate(model, tasks, cache=cache, encode_kwargs={"batch_size": batch_size},
+    result = mteb.evaluate(encoder, tasks, cache=cache, encode_kwargs={"batch_size": batch_size},
                            overwrite_strategy="always" if overwrite else "only-missing",
                            show_progress_bar=False)
     main_scores = {task.metadata.name: task.metadata.main_score for task in tasks}
-    meta = model.mteb_model_meta
+    meta = encoder.mteb_model_meta
     scores, files = {}, []
     for task_result in result.task_results:
         name = task_result.task_name
@@ -188,7 +211,7 @@ def evaluate_export(export_dir: str, tasks: Sequence, output_folder: str,
 
 
 @functools.cache
-def _warn_ignored_once(options: tuple) -> None:
+def warn_ignored_once(options: tuple) -> None:
     """Logs that MTEB passed `options`, which these encoders ignore: once per process for
     each set of options."""
     logging.getLogger(__name__).warning(

@@ -19,7 +19,7 @@ from typing import Dict, Iterable, Mapping, Optional
 
 import numpy as np
 
-from cmlm_tf.evaluation import knn
+from cmlm_tf.vectors import l2_normalize_array
 
 FILE_FORMAT = "cmlm_tf_pcr"
 FILE_VERSION = 1
@@ -51,7 +51,7 @@ def remove_component(embeddings: np.ndarray, component: np.ndarray,
     projected = vectors.astype(np.float64) @ component
     removed = vectors.astype(np.float64) - projected[..., None] * component
     if renormalize:
-        removed = knn.l2_normalize(removed)
+        removed = l2_normalize_array(removed)
     return removed.astype(dtype)
 
 

@@ -10,6 +10,7 @@ from typing import Dict
 import numpy as np
 
 from cmlm_tf.evaluation import knn
+from cmlm_tf.vectors import unit_rows
 
 
 def top1_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
@@ -17,7 +18,7 @@ def top1_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
     if queries.shape[0] != keys.shape[0]:
         raise ValueError(f"{queries.shape[0]} queries but {keys.shape[0]} keys; retrieval "
                          "needs aligned sets")
-    _, nearest = knn.top_k(knn.normalize(queries), knn.normalize(keys), k=1)
+    _, nearest = knn.top_k(unit_rows(queries), unit_rows(keys), k=1)
     return float(np.mean(nearest[:, 0] == np.arange(queries.shape[0])))
 
 

@@ -4,12 +4,12 @@ from typing import Dict
 
 import numpy as np
 
-from cmlm_tf.evaluation import knn
+from cmlm_tf.vectors import unit_rows
 
 
 def cosine_pairs(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Cosine similarity of row i of `first` with row i of `second`: float [n]."""
-    first, second = knn.normalize(first), knn.normalize(second)
+    first, second = unit_rows(first), unit_rows(second)
     if first.shape != second.shape:
         raise ValueError(f"paired embeddings differ in shape: {first.shape} vs {second.shape}")
     return np.einsum("nd,nd->n", first, second)

@@ -1,5 +1,5 @@
 import sys
 
-from cmlm_tf.export.cli import main
+from cmlm_tf.commands.export import main
 
 sys.exit(main())

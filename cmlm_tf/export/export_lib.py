@@ -12,22 +12,21 @@ atomically (to a sibling folder, then renamed):
 - `OUT/README.md` (model card) and `OUT/cmlm_tf_export.json` (read by `cmlm_tf.load`).
 
 The export never knows which objective trained the encoder: it reads `task.model` and the
-checkpoint item `encoder` (or `encoder_key`).
+checkpoint item `encoder` (or `encoder_key`). Its steps live beside it: what is exported
+(`source.py`), the checkpoint held still and hashed (`snapshot.py`), the staging folder and
+its swap into OUT (`staging.py`) and the model card (`model_card.py`).
 """
 
-import dataclasses
 import datetime
-import errno
 import json
 import os
 import shutil
-import tempfile
-from typing import Optional, Tuple
+from typing import Optional
 
-from cmlm_tf import disk, run_dir, staged_folder
+from cmlm_tf.export import snapshot, staging
+from cmlm_tf.export import source as source_lib
 from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE
 
-DEFAULT_SEQ_LENGTH = 128
 SAVED_MODELS = ("preprocessor", "encoder", os.path.join("serving", "1"))
 # The inference forward must reproduce the Keras encoder's pooled output within this, or
 # the export stops (a layout the forward does not read correctly).
@@ -60,97 +59,6 @@ def custom_ops(saved_model_dir: str) -> list:
     return sorted(op for op in saved_model_ops(saved_model_dir) if op not in core)
 
 
-@dataclasses.dataclass
-class ExportSource:
-    """What to export: the model config, the checkpoint and a description for the card."""
-
-    model: "object"  # configs.SentenceModelConfig
-    checkpoint: str
-    seq_length: int
-    description: dict
-
-
-def _read_yaml(path: str) -> dict:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"{path}: cannot read YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level")
-    return data
-
-
-def _model_config_from(params: dict, path: str):
-    from cmlm_tf import configs
-
-    model = (params.get("task") or {}).get("model") or {}
-    if "encoder" not in model:
-        raise ValueError(f"{path}: has no task.model.encoder")
-    config = configs.SentenceModelConfig()
-    try:
-        config.override({k: model[k] for k in ("encoder", "tokenizer") if k in model},
-                        is_strict=True)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: {str(e).splitlines()[0]}") from None
-    configs.resolve_bundled_paths(config)  # `cmlm_tf/...` names the installed package's files
-    configs.validate_model_config(config)
-    return config
-
-
-def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
-                   hf_dir: Optional[str] = None, work_dir: Optional[str] = None
-                   ) -> ExportSource:
-    """Finds the config, checkpoint and default seq_length of what is to be exported."""
-    from cmlm_tf import configs, import_folder, import_model, tokenization
-    from cmlm_tf.modeling import sentence_encoder
-
-    if bool(model_dir) == bool(hf_dir):
-        raise ValueError("pass exactly one of --model_dir and --hf_dir")
-    if hf_dir:
-        converted = os.path.join(work_dir or tempfile.mkdtemp(), "converted")
-        import_model.convert(hf_dir, converted)
-        source = resolve_source(model_dir=converted, checkpoint=checkpoint)
-        source.description = {"kind": source.description["family"],
-                              "hf_dir": _base_name(hf_dir)}
-        return source
-    if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"{model_dir}: model directory not found")
-    warm_start = os.path.join(model_dir, import_folder.WARM_START_FILE)
-    params_path = os.path.join(model_dir, "params.yaml")
-    if os.path.exists(params_path):
-        params = _read_yaml(params_path)
-        model = _model_config_from(params, params_path)
-        prefix = sentence_encoder.resolve_checkpoint(checkpoint or model_dir)
-        train_data = (params.get("task") or {}).get("train_data") or {}
-        seq_length = train_data.get("seq_length") or DEFAULT_SEQ_LENGTH
-        description = {"kind": "training_run", "model_dir": _base_name(model_dir),
-                       "checkpoint": os.path.basename(prefix)}
-        run_sp_model = os.path.join(model_dir, tokenization.SP_MODEL_FILE)
-        if (model.tokenizer.type == "sentencepiece" and os.path.exists(run_sp_model)
-                and not os.path.exists(model.tokenizer.sp_model_file)):
-            model.tokenizer.sp_model_file = run_sp_model  # the run directory was moved
-    elif os.path.exists(warm_start):
-        params = configs.resolve_relative(_read_yaml(warm_start), model_dir)
-        model = _model_config_from(params, warm_start)
-        source = import_folder.check(model_dir, params)
-        prefix = sentence_encoder.resolve_checkpoint(
-            checkpoint or params["task"].get("init_checkpoint", ""))
-        seq_length = source.get("max_seq_length") or DEFAULT_SEQ_LENGTH
-        # `hf_dir`: the key of folders converted before other families could be imported.
-        description = {"kind": "converted", "family": source.get("family", "hugging_face"),
-                       "hf_dir": _base_name(source.get("source_dir") or source.get("hf_dir", "")),
-                       "checkpoint": os.path.basename(prefix)}
-    else:
-        raise FileNotFoundError(
-            f"{model_dir}: neither params.yaml (training run) nor "
-            f"{import_folder.WARM_START_FILE} (converted weights) found")
-    return ExportSource(model=model, checkpoint=prefix, seq_length=int(seq_length),
-                        description=description)
-
-
 def export_options(seq_length: Optional[int], tflite: bool, classic_wordpiece: bool,
                    encoder_key: str) -> dict:
     """The export's flags as its metadata records them (`options`)."""
@@ -168,7 +76,7 @@ def up_to_date(export_dir: str, model_dir: str, checkpoint: Optional[str],
     try:
         with open(os.path.join(export_dir, METADATA_FILE), encoding="utf-8") as f:
             meta = json.load(f)
-        source = resolve_source(model_dir=model_dir, checkpoint=checkpoint)
+        source = source_lib.resolve_source(model_dir=model_dir, checkpoint=checkpoint)
     except (OSError, ValueError):
         return None  # the export itself says why, if it fails too
     same = (isinstance(meta, dict) and meta.get("options") == options
@@ -178,7 +86,7 @@ def up_to_date(export_dir: str, model_dir: str, checkpoint: Optional[str],
             and all(os.path.isfile(os.path.join(export_dir, name, "saved_model.pb"))
                     for name in SAVED_MODELS)
             and (meta.get("source") or {}).get("checkpoint_sha256")
-            == checkpoint_sha256(source.checkpoint))
+            == snapshot.checkpoint_sha256(source.checkpoint))
     return os.path.basename(source.checkpoint) if same else None
 
 
@@ -194,123 +102,6 @@ def check_vocabulary_fits(model, vocab_size: int) -> None:
     raise ValueError(f"{path}: {vocab_size} tokens, but the encoder's embedding table has "
                      f"{rows} rows (task.model.encoder.vocab_size): the tokenizer does not "
                      "belong to this checkpoint")
-
-
-def _base_name(path: str) -> str:
-    """The last component of a path: model cards and metadata record no local paths."""
-    return os.path.basename(os.path.normpath(path)) if path else ""
-
-
-def _checkpoint_files(prefix: str) -> list:
-    """The index and data files of the checkpoint at `prefix`, sorted (none: [])."""
-    import tensorflow as tf
-
-    if run_dir.is_local(prefix):
-        try:
-            return run_dir._checkpoint_files(os.path.abspath(prefix))
-        except FileNotFoundError:
-            return []
-    return sorted(tf.io.gfile.glob(prefix + ".index") + tf.io.gfile.glob(prefix + ".data-*"))
-
-
-def checkpoint_sha256(prefix: str) -> str:
-    """SHA-256 over a checkpoint's index and data files, in name order.
-
-    Raises FileNotFoundError when the checkpoint has no files: the hash of nothing would
-    name no checkpoint.
-    """
-    import hashlib
-
-    import tensorflow as tf
-
-    files = _checkpoint_files(prefix)
-    if not files:
-        raise FileNotFoundError(f"{prefix}: no checkpoint files to hash ({prefix}.index, "
-                                f"{prefix}.data-*)")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(os.path.basename(path).encode("utf-8"))
-        with tf.io.gfile.GFile(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def snapshot_checkpoint(prefix: str, folder: str) -> str:
-    """Hard links (or, across filesystems, copies) the checkpoint's files into `folder` and
-    returns the snapshot's prefix: a trainer that prunes `prefix` meanwhile cannot take the
-    files the export reads and hashes.
-
-    Raises FileNotFoundError when the index or a data shard is gone (pruned).
-    """
-    import tensorflow as tf
-
-    if "://" not in prefix:
-        prefix = os.path.abspath(prefix)
-    files = _checkpoint_files(prefix)
-    shards = [path for path in files if ".data-" in os.path.basename(path)]
-    # Data files are named `<prefix>.data-00000-of-00002`: every shard must be there.
-    expected = {int(path.rsplit("-of-", 1)[-1]) for path in shards if "-of-" in path}
-    if prefix + ".index" not in files or not shards or (expected
-                                                          and expected != {len(shards)}):
-        raise FileNotFoundError(f"{prefix}: the checkpoint's files are gone or incomplete")
-    tf.io.gfile.makedirs(folder)
-    for path in files:
-        target = os.path.join(folder, os.path.basename(path))
-        try:
-            os.link(path, target)
-        except OSError as error:
-            if error.errno == errno.ENOENT:
-                raise FileNotFoundError(f"{path}: removed while the export read it") from None
-            with disk.reporting_disk_full(target):  # another filesystem (or a bucket)
-                try:
-                    tf.io.gfile.copy(path, target, overwrite=True)
-                except tf.errors.NotFoundError:
-                    raise FileNotFoundError(
-                        f"{path}: removed while the export read it") from None
-    return os.path.join(folder, os.path.basename(prefix))
-
-
-def _snapshot_source(source: ExportSource, folder: str, again) -> Tuple[ExportSource, str]:
-    """`source` with its checkpoint snapshotted into `folder`, and the checkpoint's own
-    prefix; when the checkpoint was pruned first, the latest is resolved (`again()`) and
-    snapshotted once more, else one error."""
-    for attempt in range(2):
-        try:
-            original = source.checkpoint
-            source.checkpoint = snapshot_checkpoint(original, folder)
-            return source, original
-        except FileNotFoundError:
-            shutil.rmtree(folder, ignore_errors=True)
-            if attempt or again is None:
-                raise ValueError(
-                    f"{source.checkpoint}: the checkpoint's files were removed while the export "
-                    "read them (a trainer pruning old checkpoints?); export again, or pass "
-                    "--checkpoint naming one the trainer keeps") from None
-            source = again()
-    raise AssertionError("unreachable")
-
-
-def check_export_dir(export_dir: str, **sources: Optional[str]) -> None:
-    """Refuses an export folder that is, holds or sits inside a source folder (`--model_dir`,
-    `--hf_dir`, the `--checkpoint`'s folder): `--overwrite` would replace it."""
-    target = os.path.realpath(export_dir)
-    for flag, path in sources.items():
-        if not path or "://" in path:
-            continue
-        if flag == "checkpoint" and not os.path.isdir(path):
-            path = os.path.dirname(path) or "."  # a prefix: its folder
-        source = os.path.realpath(path)
-        if target == source:
-            relation = "is"
-        elif target.startswith(os.path.join(source, "")):
-            relation = "is inside"
-        elif source.startswith(os.path.join(target, "")):
-            relation = "holds"
-        else:
-            continue
-        raise ValueError(f"--export_dir {export_dir} {relation} the --{flag} folder {path}; "
-                         "the export would replace it: write the export to a folder of its own")
 
 
 def _build_core_encoder(encoder):
@@ -366,112 +157,123 @@ def check_forward(encoder, module) -> float:
     return error
 
 
-def _model_card(meta: dict) -> str:
-    enc = meta["encoder"]
-    src = meta["source"]
-    if src.get("kind") == "training_run":
-        origin = f"training run `{src['model_dir']}`, checkpoint `{src['checkpoint']}`"
-    elif src.get("hf_dir"):
-        from cmlm_tf import import_model
+def _read_checkpoint(model_dir: Optional[str], checkpoint: Optional[str],
+                     hf_dir: Optional[str], work: str):
+    """(source, the checkpoint's own prefix, its SHA-256) with the source's checkpoint
+    snapshotted under `work`: the files are read, hashed and restored from one snapshot, as
+    a trainer may prune the checkpoint while the export runs."""
+    def find_source():
+        return source_lib.resolve_source(model_dir=model_dir, checkpoint=checkpoint,
+                                         hf_dir=hf_dir, work_dir=work)
 
-        family = import_model.FAMILIES.get(src.get("family", src.get("kind")), "imported")
-        origin = f"{family} weights from `{src['hf_dir']}` (converted)"
-    else:
-        origin = f"checkpoint `{src.get('checkpoint', '')}`"
-    if src.get("checkpoint_sha256"):
-        origin += f" (SHA-256 `{src['checkpoint_sha256'][:16]}…`)"
-    lower_cased = "lower-cased" if meta["tokenizer"]["type"] == "sentencepiece" \
-        else "lower-cased, accents stripped"
-    casing = f"uncased ({lower_cased})" if meta["tokenizer"]["lower_case"] else "cased"
-    implementation = meta["tokenizer"]["implementation"]
-    ends = "`<s>` and `</s>`" if meta["tokenizer"]["type"] == "xlmr_sentencepiece" \
-        else "`[CLS]` and `[SEP]`"
-    ops = meta["custom_ops"]
+    source, original = snapshot.snapshot_source(
+        find_source(), os.path.join(work, "checkpoint"),
+        find_source if model_dir and not checkpoint else None)
+    return source, original, snapshot.checkpoint_sha256(source.checkpoint)
 
-    def op_list(name):
-        return "TF-Text: " + ", ".join(f"`{op}`" for op in ops[name]) if ops[name] else "none"
 
-    tflite = ""
-    if meta.get("tflite"):
-        tflite = "".join(
-            f"| `tflite/{entry['file']}` | TFLite ({entry['quantization']}): "
-            f"{entry['inputs']} -> `embeddings` | {', '.join(entry['custom_ops']) or 'none'} |\n"
-            for entry in meta["tflite"]["models"])
-    return f"""# Sentence encoder exported by cmlm_tf
+def _checked_seq_length(seq_length: Optional[int], source: source_lib.ExportSource) -> int:
+    """`--seq_length`, else the source's, within the encoder's position embeddings."""
+    seq_length = int(seq_length or source.seq_length)
+    limit = source.model.encoder.max_position_embeddings
+    if not 2 < seq_length <= limit:
+        raise ValueError(f"--seq_length {seq_length} must be in 3..{limit}"
+                         " (task.model.encoder.max_position_embeddings)")
+    return seq_length
 
-- Source: {origin}
-- Architecture: BERT, {enc['num_layers']} layers, hidden size {enc['hidden_size']}, \
-{enc['num_attention_heads']} heads, activation `{enc['hidden_activation']}`
-- Pooling: `{enc['pooling']}`{f", projection to {enc['projection_size']} "
-                              f"(`{enc.get('projection_activation', 'linear')}`)"
-                              if enc['projection_size'] else ""}
-- Embedding dimension: {meta['dim']}
-- Normalisation: encoder `default` output is \
-{"L2-normalised" if enc['normalize'] else "the pooled output, not normalised"}; \
-the serving `embeddings` output is always L2-normalised
-- Sequence length: {meta['seq_length']} tokens including {ends}; longer texts are truncated
-- Tokenizer: {meta['tokenizer']['type']} (`{implementation['name']}`), vocabulary of \
-{meta['vocab_size']} tokens, {casing}
-- Exported: {meta['exported_at']} with cmlm_tf {meta['cmlm_tf_version']}
 
-## Contents and the ops each model needs
+def _build_tokenizer(model, classic_wordpiece: bool, export_dir: str, work: str):
+    """(tokenizer, its implementation, vocab_size), checked against the encoder's vocabulary;
+    a classic WordPiece tokenizer reads a neutral copy of the vocabulary under `work`."""
+    from cmlm_tf import tokenization
 
-| path | what | custom ops (`import tensorflow_text` first) |
-| --- | --- | --- |
-| `preprocessor/` | TF Hub text preprocessor: strings -> `input_word_ids`, `input_mask`, \
-`input_type_ids`; `.tokenize`, `.bert_pack_inputs` | {op_list("preprocessor")} |
-| `encoder/` | TF Hub text encoder (trainable): dict -> `pooled_output`, `default`, \
-`sequence_output`, `encoder_outputs` | {op_list("encoder")} |
-| `serving/1/` | TF Serving: `serving_default` (`sentences` -> `embeddings`), \
-`from_token_ids` (`input_word_ids`, `input_mask`, `input_type_ids` -> `embeddings`) | \
-{op_list("serving")} |
-{tflite}
-## Load it
+    tokenizer = tokenization.build_tokenizer(  # fails early on a bad path
+        model.tokenizer, fast_wordpiece=not classic_wordpiece)
+    implementation = tokenization.tokenizer_implementation(tokenizer)
+    vocab_size = tokenization.special_token_ids(tokenizer)["vocab_size"]
+    check_vocabulary_fits(model, vocab_size)
+    if implementation["name"] == "wordpiece":
+        # The classic tokenizer reads its vocabulary from a file: a neutral copy, so no
+        # local path leaks into the models (the fast one holds its vocabulary itself).
+        with staging.writing(export_dir, "vocab.txt"):
+            model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
+                model.tokenizer.vocab_file, os.path.join(work, "assets"))
+        tokenizer = tokenization.build_tokenizer(model.tokenizer,
+                                                 fast_wordpiece=not classic_wordpiece)
+    return tokenizer, implementation, vocab_size
 
-With TF Hub (tf_keras):
 
-```python
-import tensorflow as tf, tensorflow_hub as hub, tensorflow_text  # noqa: F401
-preprocessor = hub.KerasLayer("preprocessor")
-encoder = hub.KerasLayer("encoder", trainable=True)
-outputs = encoder(preprocessor(tf.constant(["Hello world."])))
-vectors = outputs["default"]
-vectors = hub.KerasLayer("serving/1")(tf.constant(["Hello world."]))  # inference, one layer
-```
+def _restore_encoder(source: source_lib.ExportSource, original: str, encoder_key: str):
+    """The sentence encoder with the snapshot's weights; errors name the checkpoint."""
+    from cmlm_tf.modeling import sentence_encoder
 
-With Keras 3 (inference only):
+    encoder = sentence_encoder.build_sentence_encoder(source.model.encoder)
+    try:
+        sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)
+    except ValueError as error:  # name the checkpoint, not its snapshot
+        raise ValueError(str(error).replace(source.checkpoint, original)) from None
+    return encoder
 
-```python
-import keras, tensorflow as tf, tensorflow_text  # noqa: F401
-layer = keras.layers.TFSMLayer("serving/1", call_endpoint="serving_default")
-vectors = layer(tf.constant(["Hello world."]))["embeddings"]
-```
 
-With plain TensorFlow:
+def _save_hub_models(encoder, model, seq_length: int, staged: str, export_dir: str,
+                     stage) -> None:
+    """Writes `encoder/` and `preprocessor/` (the TF Hub pair) into the staging folder."""
+    from cmlm_tf import packing
 
-```python
-import tensorflow as tf, tensorflow_text  # noqa: F401
-model = tf.saved_model.load("serving/1")
-vectors = model.signatures["serving_default"](sentences=tf.constant(["Hello world."]))["embeddings"]
-```
+    core = _build_core_encoder(encoder)
+    preprocessor = packing.create_preprocessor(model.tokenizer, seq_length)
+    stage("saving encoder/ and preprocessor/")
+    with _no_compiled_metrics_warning():
+        with staging.writing(export_dir, "encoder"):
+            core.save(os.path.join(staged, "encoder"), include_optimizer=False,
+                      save_format="tf")
+        with staging.writing(export_dir, "preprocessor"):
+            preprocessor.save(os.path.join(staged, "preprocessor"),
+                              include_optimizer=False, save_format="tf")
 
-From Python, with length-sorted batching:
 
-```python
-import cmlm_tf
-model = cmlm_tf.load(".")
-vectors = model.encode(["Hello world.", "Bonjour le monde."])
-```
+def _metadata(source: source_lib.ExportSource, checkpoint_hash: str, encoder, module,
+              tokenizer_info: dict, options: dict, forward_error: float, staged: str) -> dict:
+    """The export's `cmlm_tf_export.json`; `tokenizer_info`: `seq_length`, `vocab_size`
+    and `implementation`."""
+    import cmlm_tf
+    from cmlm_tf.export import serving
 
-With TF Serving (a model server whose build links the TF-Text ops above; otherwise send
-token ids to `from_token_ids`):
+    model = source.model
+    return {
+        "format_version": FORMAT_VERSION,
+        "cmlm_tf_version": cmlm_tf.__version__,
+        "dim": encoder.output_dim,
+        "seq_length": tokenizer_info["seq_length"],
+        "vocab_size": tokenizer_info["vocab_size"],
+        "encoder": model.encoder.as_dict(),
+        "tokenizer": {"type": model.tokenizer.type,
+                      "lower_case": model.tokenizer.lower_case,
+                      "implementation": tokenizer_info["implementation"]},
+        "source": {**source.description, "checkpoint_sha256": checkpoint_hash},
+        "encoder_key": options["encoder_key"],
+        "options": options,
+        "signatures": {name: {"inputs": inputs, "outputs": outputs}
+                       for name, (inputs, outputs) in serving.SIGNATURES.items()},
+        "precisions": list(module.forward.precisions),
+        "forward_max_relative_error": forward_error,
+        "custom_ops": {name.split(os.sep)[0]: custom_ops(os.path.join(staged, name))
+                       for name in SAVED_MODELS},
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
+    }
 
-```
-docker run -p 8501:8501 -v "$PWD/serving:/models/encoder" -e MODEL_NAME=encoder tensorflow/serving
-curl -d '{{"signature_name": "serving_default", "instances": [{{"sentences": "Hello world."}}]}}' \\
-    http://localhost:8501/v1/models/encoder:predict
-```
-"""
+
+def _write_metadata_and_card(meta: dict, staged: str, export_dir: str) -> None:
+    """Writes `cmlm_tf_export.json` and the model card `README.md`."""
+    from cmlm_tf.export import model_card
+
+    with staging.writing(export_dir, METADATA_FILE):
+        with open(os.path.join(staged, METADATA_FILE), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
+    with staging.writing(export_dir, "README.md"):
+        with open(os.path.join(staged, "README.md"), "w", encoding="utf-8") as f:
+            f.write(model_card.model_card(meta))
 
 
 def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
@@ -489,132 +291,50 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     """
     import tensorflow as tf
 
-    import cmlm_tf
-    from cmlm_tf import progress, tokenization
+    from cmlm_tf import progress
     from cmlm_tf.export import serving, serving_forward
-    from cmlm_tf.modeling import sentence_encoder
 
     export_dir = os.path.abspath(export_dir)
     stage = stage or progress.Stages("export")
-    check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir, checkpoint=checkpoint)
-    parent = os.path.dirname(export_dir)
-    with disk.reporting_disk_full(export_dir):
-        os.makedirs(parent, exist_ok=True)
-    with run_dir.folder_lock(parent):
-        staged_folder.restore_interrupted(export_dir)
-    if os.path.exists(export_dir) and not overwrite:
-        raise FileExistsError(f"{export_dir}: already exists (pass --overwrite to replace it)")
-    with disk.reporting_disk_full(export_dir):
-        staging = staged_folder.owned_tempdir(export_dir)
+    staging.check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir,
+                             checkpoint=checkpoint)
+    staged = staging.start(export_dir, overwrite)
     try:
-        work = os.path.join(staging, "_work")
-
-        def find_source():
-            return resolve_source(model_dir=model_dir, checkpoint=checkpoint, hf_dir=hf_dir,
-                                  work_dir=work)
-
-        # The files are read, hashed and restored from one snapshot: a trainer may prune
-        # the checkpoint while the export runs.
+        work = os.path.join(staged, staging.WORK_DIR)
         stage("reading the checkpoint")
-        source, original = _snapshot_source(
-            find_source(), os.path.join(work, "checkpoint"),
-            find_source if model_dir and not checkpoint else None)
-        checkpoint_hash = checkpoint_sha256(source.checkpoint)
-        model = source.model
-        seq_length_flag = seq_length
-        seq_length = int(seq_length or source.seq_length)
-        if not 2 < seq_length <= model.encoder.max_position_embeddings:
-            raise ValueError(
-                f"--seq_length {seq_length} must be in 3..{model.encoder.max_position_embeddings}"
-                " (task.model.encoder.max_position_embeddings)")
-        tokenizer = tokenization.build_tokenizer(  # fails early on a bad path
-            model.tokenizer, fast_wordpiece=not classic_wordpiece)
-        implementation = tokenization.tokenizer_implementation(tokenizer)
-        vocab_size = tokenization.special_token_ids(tokenizer)["vocab_size"]
-        check_vocabulary_fits(model, vocab_size)
-        if implementation["name"] == "wordpiece":
-            # The classic tokenizer reads its vocabulary from a file: a neutral copy, so no
-            # local path leaks into the models (the fast one holds its vocabulary itself).
-            with _writing(export_dir, "vocab.txt"):
-                model.tokenizer.vocab_file = tokenization.copy_vocab_aside(
-                    model.tokenizer.vocab_file, os.path.join(work, "assets"))
-            tokenizer = tokenization.build_tokenizer(model.tokenizer,
-                                                     fast_wordpiece=not classic_wordpiece)
+        source, original, checkpoint_hash = _read_checkpoint(model_dir, checkpoint, hf_dir,
+                                                             work)
+        options = export_options(seq_length, tflite, classic_wordpiece, encoder_key)
+        seq_length = _checked_seq_length(seq_length, source)
+        tokenizer, implementation, vocab_size = _build_tokenizer(
+            source.model, classic_wordpiece, export_dir, work)
 
         stage("restoring the encoder")
-        encoder = sentence_encoder.build_sentence_encoder(model.encoder)
-        try:
-            sentence_encoder.restore_encoder(encoder, source.checkpoint, encoder_key=encoder_key)
-        except ValueError as error:  # name the checkpoint, not its snapshot
-            raise ValueError(str(error).replace(source.checkpoint, original)) from None
-        core = _build_core_encoder(encoder)
-        preprocessor = tokenization.create_preprocessor(model.tokenizer, seq_length)
-        stage("saving encoder/ and preprocessor/")
-        with _no_compiled_metrics_warning():
-            with _writing(export_dir, "encoder"):
-                core.save(os.path.join(staging, "encoder"), include_optimizer=False,
-                          save_format="tf")
-            with _writing(export_dir, "preprocessor"):
-                preprocessor.save(os.path.join(staging, "preprocessor"),
-                                  include_optimizer=False, save_format="tf")
-
+        encoder = _restore_encoder(source, original, encoder_key)
+        _save_hub_models(encoder, source.model, seq_length, staged, export_dir, stage)
         module = serving.ServingModule(serving_forward.InferenceForward(encoder), tokenizer,
                                        seq_length)
         forward_error = check_forward(encoder, module)
         stage("saving the serving model serving/1")
-        serving_dir = os.path.join(staging, "serving", "1")
-        with _writing(export_dir, os.path.join("serving", "1")):
-            tf.saved_model.save(module, serving_dir, signatures=module.signatures())
+        with staging.writing(export_dir, os.path.join("serving", "1")):
+            tf.saved_model.save(module, os.path.join(staged, "serving", "1"),
+                                signatures=module.signatures())
 
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "cmlm_tf_version": cmlm_tf.__version__,
-            "dim": encoder.output_dim,
-            "seq_length": seq_length,
-            "vocab_size": vocab_size,
-            "encoder": model.encoder.as_dict(),
-            "tokenizer": {"type": model.tokenizer.type,
-                          "lower_case": model.tokenizer.lower_case,
-                          "implementation": implementation},
-            "source": {**source.description, "checkpoint_sha256": checkpoint_hash},
-            "encoder_key": encoder_key,
-            "options": export_options(seq_length_flag, tflite, classic_wordpiece, encoder_key),
-            "signatures": {name: {"inputs": inputs, "outputs": outputs}
-                           for name, (inputs, outputs) in serving.SIGNATURES.items()},
-            "precisions": list(module.forward.precisions),
-            "forward_max_relative_error": forward_error,
-            "custom_ops": {name.split(os.sep)[0]: custom_ops(os.path.join(staging, name))
-                           for name in SAVED_MODELS},
-            "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds"),
-        }
+        meta = _metadata(source, checkpoint_hash, encoder, module,
+                         {"seq_length": seq_length, "vocab_size": vocab_size,
+                          "implementation": implementation}, options, forward_error, staged)
         if tflite:
             from cmlm_tf.export import tflite as tflite_lib
 
             stage("converting to TFLite")
-            with _writing(export_dir, "tflite"):
-                meta["tflite"] = tflite_lib.write_tflite(module, os.path.join(staging, "tflite"))
-        with _writing(export_dir, METADATA_FILE):
-            with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
-                json.dump(meta, f, indent=2)
-        with _writing(export_dir, "README.md"):
-            with open(os.path.join(staging, "README.md"), "w", encoding="utf-8") as f:
-                f.write(_model_card(meta))
-        shutil.rmtree(work, ignore_errors=True)
-        with _writing(export_dir, ""):
-            staged_folder.replace_dir(staging, export_dir, overwrite)
+            with staging.writing(export_dir, "tflite"):
+                meta["tflite"] = tflite_lib.write_tflite(module, os.path.join(staged, "tflite"))
+        _write_metadata_and_card(meta, staged, export_dir)
+        staging.publish(staged, export_dir, overwrite)
         stage.done()
     except BaseException:
         stage.done()
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staged, ignore_errors=True)
         raise
-    with run_dir.folder_lock(parent):
-        staged_folder.remove_stale(export_dir)
+    staging.remove_stale(export_dir)
     return export_dir
-
-
-def _writing(export_dir: str, name: str):
-    """Reports a full disk while writing `OUT/name` as one line naming it."""
-    return disk.reporting_disk_full(os.path.join(export_dir, name) if name else export_dir)
-
-

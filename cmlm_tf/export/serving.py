@@ -23,7 +23,7 @@ from typing import Dict
 
 import tensorflow as tf
 
-from cmlm_tf import tokenization
+from cmlm_tf import packing, tokenization
 from cmlm_tf.export.serving_forward import BUCKET_ROWS, InferenceForward
 from cmlm_tf.modeling.sentence_encoder import INPUT_KEYS
 from cmlm_tf.vectors import l2_normalize
@@ -89,7 +89,7 @@ class ServingModule(tf.Module):
         def pooled_function(precision: str, bucketed: bool):
             @tf.function(input_signature=TOKEN_ID_SPECS)
             def pooled(input_word_ids, input_mask, input_type_ids):
-                return self._pooled(*self._checked_token_ids(
+                return self.pooled(*self.checked_token_ids(
                     input_word_ids, input_mask, input_type_ids), precision=precision,
                     bucketed=bucketed)
             return pooled
@@ -107,7 +107,7 @@ class ServingModule(tf.Module):
                 "pooling": tf.constant(self.forward.pooling),
                 "hidden_activation": tf.constant(self.forward.hidden_activation)}
 
-    def _checked_token_ids(self, input_word_ids, input_mask, input_type_ids):
+    def checked_token_ids(self, input_word_ids, input_mask, input_type_ids):
         """The three int32 [batch, seq] inputs, checked at run time: rank 2, one shape,
         `seq` within the position embeddings and ids within their embedding tables (a GPU
         gather returns zeros for an id out of range instead of failing)."""
@@ -132,21 +132,23 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(checks):
             return [tf.identity(tensor) for tensor in inputs]
 
-    def _pooled(self, input_word_ids, input_mask, input_type_ids, precision: str = "float32",
-                bucketed: bool = True) -> tf.Tensor:
+    def pooled(self, input_word_ids, input_mask, input_type_ids, precision: str = "float32",
+               bucketed: bool = True) -> tf.Tensor:
+        """The forward's pooled output, float [batch, dim], not normalised; in length
+        buckets of `bucket_rows` rows unless `bucketed` is False."""
         if not bucketed:
             return self.forward(input_word_ids, input_mask, input_type_ids, precision=precision)
         return self.forward.in_length_buckets(input_word_ids, input_mask, input_type_ids,
                                               precision=precision, bucket_rows=self.bucket_rows)
 
     def _tokens(self, sentences) -> Dict[str, tf.Tensor]:
-        return tokenization.tokenize_and_pack(self.tokenizer, self._special,
+        return packing.tokenize_and_pack(self.tokenizer, self._special,
                                               _checked_sentences(sentences), self.seq_length)
 
     def _embeddings(self, sentences) -> tf.Tensor:
         tokens = self._tokens(sentences)
-        return l2_normalize(self._pooled(tokens["input_word_ids"], tokens["input_mask"],
-                                         tokens["input_type_ids"]))
+        return l2_normalize(self.pooled(tokens["input_word_ids"], tokens["input_mask"],
+                                        tokens["input_type_ids"]))
 
     @tf.function(input_signature=[SENTENCES_SPEC])
     def tokenize(self, sentences):
@@ -162,8 +164,8 @@ class ServingModule(tf.Module):
 
     @tf.function(input_signature=TOKEN_ID_SPECS)
     def from_token_ids(self, input_word_ids, input_mask, input_type_ids):
-        pooled = self._pooled(*self._checked_token_ids(input_word_ids, input_mask,
-                                                       input_type_ids))
+        pooled = self.pooled(*self.checked_token_ids(input_word_ids, input_mask,
+                                                     input_type_ids))
         return {"embeddings": l2_normalize(pooled)}
 
     def signatures(self) -> dict:

@@ -30,6 +30,7 @@ from typing import Dict, Tuple
 import numpy as np
 import tensorflow as tf
 
+from cmlm_tf import internals
 from cmlm_tf.modeling import layers
 
 PRECISIONS = ("float32", "bfloat16")
@@ -49,11 +50,12 @@ class _TransformerLayer(tf.Module):
 
     def __init__(self, block, precisions: Tuple[str, ...], name: str):
         super().__init__(name=name)
-        attention = block._attention_layer
-        width = attention._query_dense.kernel.shape[0]
-        head_dim = attention._query_dense.kernel.shape[-1]
+        parts = internals.encoder_block_parts(block)
+        attention = internals.attention_projections(parts.attention)
+        width = attention.query.kernel.shape[0]
+        head_dim = attention.query.kernel.shape[-1]
         scales = (1.0 / np.sqrt(head_dim), 1.0, 1.0)
-        denses = (attention._query_dense, attention._key_dense, attention._value_dense)
+        denses = (attention.query, attention.key, attention.value)
         qkv_kernel = np.concatenate([d.kernel.numpy().reshape(width, -1) * scale
                                      for d, scale in zip(denses, scales)], axis=1)
         qkv_bias = np.concatenate([d.bias.numpy().reshape(-1) * scale
@@ -61,21 +63,21 @@ class _TransformerLayer(tf.Module):
         matmul_weights = {
             "qkv_kernel": qkv_kernel,
             "qkv_bias": qkv_bias,
-            "attention_kernel": attention._output_dense.kernel.numpy().reshape(-1, width),
-            "inner_kernel": block._intermediate_dense.kernel.numpy(),
-            "inner_bias": block._intermediate_dense.bias.numpy(),
-            "output_kernel": block._output_dense.kernel.numpy(),
+            "attention_kernel": attention.output.kernel.numpy().reshape(-1, width),
+            "inner_kernel": parts.intermediate_dense.kernel.numpy(),
+            "inner_bias": parts.intermediate_dense.bias.numpy(),
+            "output_kernel": parts.output_dense.kernel.numpy(),
         }
         # One set of matmul weights per precision, cast once here rather than per call.
         self.matmul_weights = {
             precision: {key: _constant_variable(value, tf.as_dtype(precision))
                         for key, value in matmul_weights.items()}
             for precision in precisions}
-        self.attention_bias = _constant_variable(attention._output_dense.bias)
-        self.attention_norm = _norm_weights(block._attention_layer_norm)
-        self.output_bias = _constant_variable(block._output_dense.bias)
-        self.output_norm = _norm_weights(block._output_layer_norm)
-        self.epsilon = float(block._output_layer_norm.epsilon)
+        self.attention_bias = _constant_variable(attention.output.bias)
+        self.attention_norm = _norm_weights(parts.attention_norm)
+        self.output_bias = _constant_variable(parts.output_dense.bias)
+        self.output_norm = _norm_weights(parts.output_norm)
+        self.epsilon = float(parts.output_norm.epsilon)
 
 
 def _constant_variable(value, dtype=tf.float32) -> tf.Variable:
@@ -111,23 +113,22 @@ class InferenceForward(tf.Module):
         if unknown:
             raise ValueError(f"precisions must be among {PRECISIONS}, got {sorted(unknown)}")
         config = encoder.encoder_config
-        bert = encoder.bert
-        if bert._embedding_projection is not None:
+        bert = internals.bert_encoder_parts(encoder.bert)
+        if bert.embedding_projection is not None:
             raise ValueError("InferenceForward: encoders with an embedding projection "
                              "(embedding width != hidden size) are not supported")
-        blocks = bert._transformer_layers
-        if any(block._norm_first for block in blocks):
+        blocks = bert.transformer_layers
+        if any(internals.encoder_block_parts(block).norm_first for block in blocks):
             raise ValueError("InferenceForward: pre-norm Transformer layers are not supported")
         self.precisions = tuple(precisions)
         self.num_heads = int(config.num_attention_heads)
         self.hidden_activation = config.hidden_activation
         self.pooling = config.pooling
-        self.word_embeddings = _constant_variable(bert._embedding_layer.embeddings)
-        self.position_embeddings = _constant_variable(
-            bert._position_embedding_layer._position_embeddings)
-        self.type_embeddings = _constant_variable(bert._type_embedding_layer.embeddings)
-        self.embedding_norm = _norm_weights(bert._embedding_norm_layer)
-        self.embedding_epsilon = float(bert._embedding_norm_layer.epsilon)
+        self.word_embeddings = _constant_variable(bert.word_embedding.embeddings)
+        self.position_embeddings = _constant_variable(bert.position_embeddings)
+        self.type_embeddings = _constant_variable(bert.type_embedding.embeddings)
+        self.embedding_norm = _norm_weights(bert.embedding_norm)
+        self.embedding_epsilon = float(bert.embedding_norm.epsilon)
         self.layers = [_TransformerLayer(block, self.precisions, name=f"layer_{index}")
                        for index, block in enumerate(blocks)]
         self.projection = None

@@ -34,7 +34,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from cmlm_tf import tokenization
+from cmlm_tf import packing, tokenization
 from cmlm_tf.export import serving as serving_lib
 from cmlm_tf.vectors import l2_normalize
 
@@ -51,19 +51,19 @@ def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
     longest row), so the interpreter does the work of the real tokens, not of the padding."""
     @tf.function(input_signature=serving_lib.TOKEN_ID_SPECS)
     def from_token_ids(input_word_ids, input_mask, input_type_ids):
-        pooled = module._pooled(*module._checked_token_ids(input_word_ids, input_mask,
-                                                           input_type_ids))
+        pooled = module.pooled(*module.checked_token_ids(input_word_ids, input_mask,
+                                                         input_type_ids))
         return {"embeddings": l2_normalize(pooled)}
 
     functions = {"from_token_ids": from_token_ids}
     if isinstance(module.tokenizer, tokenization.FastWordpieceTokenizer):
         @tf.function(input_signature=[serving_lib.SENTENCES_SPEC])
         def serving_default(sentences):
-            tokens = tokenization.tokenize_and_pack(
+            tokens = packing.tokenize_and_pack(
                 module.tokenizer, tokenization.special_token_ids(module.tokenizer), sentences,
                 module.seq_length, replace_invalid_utf8=False)
-            pooled = module._pooled(tokens["input_word_ids"], tokens["input_mask"],
-                                    tokens["input_type_ids"])
+            pooled = module.pooled(tokens["input_word_ids"], tokens["input_mask"],
+                                   tokens["input_type_ids"])
             return {"embeddings": l2_normalize(pooled)}
 
         functions["serving_default"] = serving_default

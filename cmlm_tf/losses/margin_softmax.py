@@ -24,7 +24,7 @@ cross-accelerator negatives): the loss is then the mean of the replicas' local l
 """
 
 import dataclasses
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -120,46 +120,69 @@ def additive_margin_softmax_loss(
     all_target = gather(target)
     global_batch = tf.shape(all_target)[0]
     positive = tf.one_hot(labels, global_batch, dtype=tf.float32)
+    duplicates = _duplicate_columns(source_ids, target_ids, gather)
+    columns, row_positive, row_duplicates = _with_hard_negatives(
+        all_target, positive, duplicates, hard_negatives, gather)
 
-    duplicates = None
-    if source_ids is not None and target_ids is not None:
-        all_source_ids = gather(source_ids)
-        all_target_ids = gather(target_ids)
-        duplicates = tf.logical_or(
-            tf.equal(source_ids[:, None], all_source_ids[None, :]),
-            tf.equal(target_ids[:, None], all_target_ids[None, :]))
-
-    columns = all_target
-    row_positive = positive
-    row_duplicates = duplicates
-    if hard_negatives is not None:
-        all_negatives = gather(l2_normalize(hard_negatives, tf.float32))
-        num_negatives = tf.shape(all_negatives)[0]
-        columns = tf.concat([all_target, all_negatives], axis=0)
-        row_positive = tf.concat([positive, tf.zeros([local_batch, num_negatives])], axis=1)
-        if duplicates is not None:
-            row_duplicates = tf.concat(
-                [duplicates, tf.zeros([local_batch, num_negatives], tf.bool)], axis=1)
-
-    row_cosines = tf.matmul(source, columns, transpose_b=True)
-    row_logits = _masked_logits(row_cosines, row_positive, row_duplicates, margin, scale)
-    forward = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, row_logits)
+    forward, forward_correct = _direction_loss(source, columns, row_positive, row_duplicates,
+                                               labels, margin, scale)
     outputs = {
-        "source_to_target_loss": tf.reduce_mean(forward),
-        "source_to_target_correct": _is_top(row_cosines, row_positive, row_duplicates, labels),
+        "source_to_target_loss": forward,
+        "source_to_target_correct": forward_correct,
         "positive_cosine": tf.reduce_sum(source * target, axis=-1),
     }
     loss = outputs["source_to_target_loss"]
     if bidirectional:
-        column_cosines = tf.matmul(target, all_source, transpose_b=True)
-        column_logits = _masked_logits(column_cosines, positive, duplicates, margin, scale)
-        backward = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, column_logits)
-        outputs["target_to_source_loss"] = tf.reduce_mean(backward)
-        outputs["target_to_source_correct"] = _is_top(column_cosines, positive, duplicates,
-                                                      labels)
+        backward, backward_correct = _direction_loss(target, all_source, positive, duplicates,
+                                                     labels, margin, scale)
+        outputs["target_to_source_loss"] = backward
+        outputs["target_to_source_correct"] = backward_correct
         loss += outputs["target_to_source_loss"]
     outputs["loss"] = loss
     return outputs
+
+
+def _duplicate_columns(source_ids: Optional[tf.Tensor], target_ids: Optional[tf.Tensor],
+                       gather) -> Optional[tf.Tensor]:
+    """bool [batch, global_batch]: column j's source or target text equals row i's (None
+    without both fingerprints)."""
+    if source_ids is None or target_ids is None:
+        return None
+    all_source_ids = gather(source_ids)
+    all_target_ids = gather(target_ids)
+    return tf.logical_or(
+        tf.equal(source_ids[:, None], all_source_ids[None, :]),
+        tf.equal(target_ids[:, None], all_target_ids[None, :]))
+
+
+def _with_hard_negatives(all_target: tf.Tensor, positive: tf.Tensor,
+                         duplicates: Optional[tf.Tensor], hard_negatives: Optional[tf.Tensor],
+                         gather) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
+    """The source → target softmax's columns, positives and duplicates: the global batch's
+    targets, followed by every replica's hard negatives (never positive, never duplicate)."""
+    if hard_negatives is None:
+        return all_target, positive, duplicates
+    local_batch = tf.shape(positive)[0]
+    all_negatives = gather(l2_normalize(hard_negatives, tf.float32))
+    num_negatives = tf.shape(all_negatives)[0]
+    columns = tf.concat([all_target, all_negatives], axis=0)
+    row_positive = tf.concat([positive, tf.zeros([local_batch, num_negatives])], axis=1)
+    row_duplicates = duplicates
+    if duplicates is not None:
+        row_duplicates = tf.concat(
+            [duplicates, tf.zeros([local_batch, num_negatives], tf.bool)], axis=1)
+    return columns, row_positive, row_duplicates
+
+
+def _direction_loss(queries: tf.Tensor, columns: tf.Tensor, positive: tf.Tensor,
+                    duplicates: Optional[tf.Tensor], labels: tf.Tensor, margin: float,
+                    scale: float) -> Tuple[tf.Tensor, tf.Tensor]:
+    """One direction's softmax over `columns`: (mean cross-entropy, float [batch] whether
+    the positive has the highest cosine)."""
+    cosines = tf.matmul(queries, columns, transpose_b=True)
+    logits = _masked_logits(cosines, positive, duplicates, margin, scale)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    return tf.reduce_mean(loss), _is_top(cosines, positive, duplicates, labels)
 
 
 def _is_top(cosines: tf.Tensor, positive: tf.Tensor, duplicates: Optional[tf.Tensor],

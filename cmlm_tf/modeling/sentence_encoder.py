@@ -114,13 +114,13 @@ def build_sentence_encoder(config: configs.EncoderConfig,
 
 def resolve_checkpoint(path: str) -> str:
     """Returns a checkpoint prefix for a prefix or a directory (its latest checkpoint,
-    `run_dir.latest_checkpoint`)."""
-    from cmlm_tf import run_dir
+    `run_checkpoints.latest_checkpoint`)."""
+    from cmlm_tf import run_checkpoints
 
     if not path:
         raise ValueError("task.init_checkpoint is empty")
     if tf.io.gfile.isdir(path):
-        latest = run_dir.latest_checkpoint(path)
+        latest = run_checkpoints.latest_checkpoint(path)
         if latest is None:
             raise FileNotFoundError(f"{path}: no checkpoint found in this directory")
         return latest
@@ -149,9 +149,9 @@ def restore_encoder(encoder: tf_keras.Model, path: str,
         status.expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
-        from cmlm_tf import run_dir
+        from cmlm_tf import run_checkpoints
 
-        problem = run_dir.checkpoint_problem(prefix)
+        problem = run_checkpoints.checkpoint_problem(prefix)
         if problem is not None:
             raise ValueError(f"{prefix}: the checkpoint's files ({prefix}.index, "
                              f"{prefix}.data-*) cannot be read ({problem})") from None

@@ -24,13 +24,10 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
@@ -40,7 +37,7 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.utils import shared
 
-from cmlm_tf.scale import corpus_lines, embedding_files
+from cmlm_tf.scale import corpus_lines, embedding_files, folders, pipeline_progress
 from cmlm_tf.scale import options as beam_options
 from cmlm_tf.scale.corpus_lines import EMBEDDED, LINES_READ, OVER_LONG
 
@@ -52,10 +49,6 @@ PROGRESS_FOLDER = "_progress"
 # lines.
 BATCHES_PER_CALL = 64
 _READ_COUNTERS = (LINES_READ,) + corpus_lines.SKIP_REASONS + (OVER_LONG,)
-
-
-class PipelineFailed(RuntimeError):
-    """The Beam pipeline failed; the message is the one line that says why."""
 
 
 @dataclasses.dataclass
@@ -138,7 +131,7 @@ def local_export(export_dir: str) -> str:
     """`export_dir` itself when it is local; a remote one (`gs://...`, which remote workers
     can read) is first copied into a temporary folder, since `cmlm_tf.load` reads local
     folders."""
-    if not embedding_files.is_remote(export_dir):
+    if not folders.is_remote(export_dir):
         return export_dir
     prefix = export_dir.rstrip("/") + "/"
     target = tempfile.mkdtemp(prefix="cmlm_tf_export-")
@@ -156,73 +149,20 @@ def export_dim(export_dir: str) -> int:
     """The embedding size an export declares in its `cmlm_tf_export.json`."""
     from cmlm_tf import inference
 
-    if not embedding_files.is_remote(export_dir):
+    if not folders.is_remote(export_dir):
         return int(inference.read_metadata(export_dir)["dim"])
-    path = embedding_files.join(export_dir, inference.METADATA_FILE)
-    with embedding_files.open_file(path) as f:
+    path = folders.join(export_dir, inference.METADATA_FILE)
+    with folders.open_file(path) as f:
         return int(json.loads(f.read().decode("utf-8"))["dim"])
 
 
 def load_model(export_dir: str, intra_op_threads: Optional[int] = None,
                inter_op_threads: Optional[int] = None):
     """`cmlm_tf.load(export_dir)` with the worker's thread settings (`local_export` first)."""
-    import cmlm_tf
+    from cmlm_tf.inference import load
 
-    return cmlm_tf.load(local_export(export_dir), intra_op_threads=intra_op_threads,
-                        inter_op_threads=inter_op_threads)
-
-
-class ProgressFile:
-    """One encoder's count of embedded lines, in `FOLDER/<hex>.txt`, which the command reads
-    to print progress (workers are other processes). FOLDER must exist.
-
-    The file is rewritten atomically (a temporary file, then `os.replace`) at most every
-    `every` seconds and at `write()`. A failed write is ignored: progress never fails a bundle.
-    """
-
-    def __init__(self, folder: str, every: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self.folder = folder
-        self.path = os.path.join(folder, f"{uuid.uuid4().hex}.txt")
-        self.count = 0
-        self._every = every
-        self._clock = clock
-        self._written = clock()
-
-    def add(self, count: int) -> None:
-        self.count += count
-        if self._clock() - self._written >= self._every:
-            self.write()
-
-    def write(self) -> None:
-        temp = self.path + ".tmp"
-        try:
-            # Into the folder the command made: once a failed or interrupted run has removed
-            # it, a worker that is still finishing must not make it again.
-            with open(temp, "w", encoding="utf-8") as f:
-                f.write(f"{self.count}\n")
-            os.replace(temp, self.path)
-        except OSError:
-            return
-        self._written = self._clock()
-
-
-def read_progress(folder: str) -> int:
-    """The embedded lines counted by every `ProgressFile` in `folder` (0 if none yet)."""
-    total = 0
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    for name in names:
-        if not name.endswith(".txt"):
-            continue
-        try:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                total += int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            continue
-    return total
+    return load(local_export(export_dir), intra_op_threads=intra_op_threads,
+                inter_op_threads=inter_op_threads)
 
 
 class EncodeBatches(beam.DoFn):
@@ -231,7 +171,7 @@ class EncodeBatches(beam.DoFn):
     The export is loaded once per worker process through `shared_handle` (every thread of
     the process gets the same model) with the given thread settings; each batch is embedded
     with `model.encode(texts, batch_size)`. Counts `embedded`; with `progress_folder`, keeps
-    a `ProgressFile` there.
+    a `pipeline_progress.ProgressFile` there.
 
     Args:
         shared_handle: an `apache_beam.utils.shared.Shared` made at pipeline construction.
@@ -257,7 +197,8 @@ class EncodeBatches(beam.DoFn):
                                    self.inter_op_threads)
         self.model = self.shared_handle.acquire(loader)
         self._embedded = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, EMBEDDED)
-        self._progress = ProgressFile(self.progress_folder) if self.progress_folder else None
+        self._progress = (pipeline_progress.ProgressFile(self.progress_folder)
+                          if self.progress_folder else None)
 
     def process(self, batch: List[Tuple[str, int, str]]) -> Iterator[dict]:
         vectors = self.model.encode([text for _, _, text in batch], batch_size=self.batch_size,
@@ -325,28 +266,6 @@ def build_pipeline(pipeline: beam.Pipeline, config: EmbedConfig, staging: str,
         shard_name_template=embedding_files.SHARD_NAME_TEMPLATE)
 
 
-def match_inputs(patterns: Sequence[str]) -> List[str]:
-    """The files the globs match, each once, in order (Beam's `FileSystems.match`)."""
-    paths = []
-    for result in FileSystems.match(list(patterns)):
-        paths += [metadata.path for metadata in result.metadata_list]
-    return list(dict.fromkeys(paths))
-
-
-def count_lines(paths: Sequence[str], chunk_bytes: int = 1 << 20) -> int:
-    """Lines in the files (newlines, plus a last line without one), read in 1 MiB chunks;
-    compressed files (`.gz`, ...) are counted decompressed, as the pipeline reads them."""
-    total = 0
-    for path in paths:
-        last = b"\n"
-        with FileSystems.open(path) as f:
-            while chunk := f.read(chunk_bytes):
-                total += chunk.count(b"\n")
-                last = chunk[-1:]
-        total += last != b"\n"
-    return total
-
-
 def read_counts(result) -> Dict[str, int]:
     """The `cmlm_tf` counters of a finished pipeline (committed values where the runner
     reports them, else attempted), every name of `corpus_lines.COUNTS` present."""
@@ -359,64 +278,8 @@ def read_counts(result) -> Dict[str, int]:
     return counts
 
 
-def failure_line(error: BaseException) -> str:
-    """The line of a pipeline error that says why: the last `SomeError: message` line of the
-    worker traceback Beam puts in the message, else its first line."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    causes = [line for line in lines
-              if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:? ", line)]
-    return (causes[-1] if causes else lines[0] if lines else type(error).__name__)[:500]
-
-
-def format_progress(embedded: int, total: Optional[int], seconds: float) -> str:
-    """`embedded X of ~Y lines (Z lines/s, ETA m:ss)`."""
-    rate = embedded / seconds if seconds > 0 else 0.0
-    of = f" of ~{total}" if total is not None else ""
-    if total is not None and rate > 0:
-        remaining = max(total - embedded, 0) / rate
-        eta = f"ETA {int(remaining // 60)}:{int(remaining % 60):02d}"
-    else:
-        eta = "ETA unknown"
-    return f"embedded {embedded}{of} lines ({rate:.0f} lines/s, {eta})"
-
-
-def _run_in_background(pipeline: beam.Pipeline) -> Tuple[threading.Thread, dict]:
-    """Starts `pipeline` on a daemon thread; the dict gets "result" or "error"."""
-    outcome = {}
-
-    def target():
-        try:
-            result = pipeline.run()
-            result.wait_until_finish()
-            outcome["result"] = result
-        except BaseException as error:  # noqa: BLE001 (handed to the main thread)
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, name="embed_corpus pipeline", daemon=True)
-    thread.start()
-    return thread, outcome
-
-
-def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
-                 total: Optional[int], report: Callable[[str], None],
-                 every: float = 10.0):
-    """Runs `pipeline`, reporting progress every `every` seconds from the progress files
-    (when there are any); returns Beam's result or raises `PipelineFailed`."""
-    start = time.perf_counter()
-    thread, outcome = _run_in_background(pipeline)
-    while thread.is_alive():
-        thread.join(timeout=every)
-        if thread.is_alive() and progress_folder is not None:
-            report(format_progress(read_progress(progress_folder), total,
-                                   time.perf_counter() - start))
-    if "error" in outcome:
-        raise PipelineFailed(f"the pipeline failed: {failure_line(outcome['error'])}"
-                             ) from outcome["error"]
-    return outcome["result"]
-
-
 def _absolute(path: str) -> str:
-    return path if embedding_files.is_remote(path) else os.path.abspath(path)
+    return path if folders.is_remote(path) else os.path.abspath(path)
 
 
 def _stderr(line: str) -> None:
@@ -448,7 +311,8 @@ def run(config: EmbedConfig, beam_args: Sequence[str] = (),
     runs, for the progress lines), run the pipeline into a staging folder, write the manifest,
     publish. Local paths are made absolute first, so that the rows' sources and the
     manifest's model and inputs name their files from any working folder. A failed pipeline
-    removes the staging folder and raises `PipelineFailed`; the output is then as it was.
+    removes the staging folder and raises `pipeline_progress.PipelineFailed`; the output is
+    then as it was.
 
     Args:
         config: what to embed and where.
@@ -465,21 +329,23 @@ def run(config: EmbedConfig, beam_args: Sequence[str] = (),
                                  inputs=[_absolute(pattern) for pattern in config.inputs])
     options = beam_options.make_options(beam_args)
     staging = embedding_files.staging_folder(_absolute(config.output))
-    local = beam_options.runs_here(options) and not embedding_files.is_remote(staging)
+    local = beam_options.runs_here(options) and not folders.is_remote(staging)
     progress_folder = os.path.join(staging, PROGRESS_FOLDER) if local else None
     try:
-        if not embedding_files.is_remote(staging):
+        if not folders.is_remote(staging):
             os.makedirs(progress_folder or staging)
-        total = count_lines(match_inputs(config.inputs)) if local else None
+        total = pipeline_progress.count_lines(
+            pipeline_progress.match_inputs(config.inputs)) if local else None
         pipeline = beam.Pipeline(runner=beam_options.make_runner(options), options=options)
         build_pipeline(pipeline, config, staging, beam_options.worker_threads(options),
                        progress_folder, encode_dofn)
-        result = run_pipeline(pipeline, progress_folder, total, report, progress_every)
+        result = pipeline_progress.run_pipeline(pipeline, progress_folder, total, report,
+                                                progress_every)
         if progress_folder is not None:
-            embedding_files.delete_folder(progress_folder)
+            folders.delete_folder(progress_folder)
         counts, shards = _finish(config, staging, result, report)
     except BaseException:
-        embedding_files.delete_folder(staging)
+        folders.delete_folder(staging)
         raise
     embedding_files.publish(staging, config.output, config.overwrite)
     return Summary(counts, shards, config.output, time.perf_counter() - start)

@@ -21,8 +21,8 @@ aside (`OUT.replaced-<hex>`), the new one renamed in, then the old one deleted. 
 killed leaves its staging folder behind; `check_output` removes such leftovers at the next
 run (two runs writing one `OUT` at the same time are not supported). Local paths are renamed
 as folders (atomic on one filesystem); remote ones (`gs://`, `s3://`) go through Beam's
-`FileSystems`, file by file, which is not atomic but never shows a manifest beside missing
-shards.
+`FileSystems`, file by file (`cmlm_tf.scale.folders`), which is not atomic but never shows a
+manifest beside missing shards.
 
 pyarrow is imported when a function needs it (the `scale` extra).
 """
@@ -31,11 +31,12 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import uuid
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
+
+from cmlm_tf.scale import folders
 
 MANIFEST = "_cmlm_tf_embeddings.json"
 FORMAT = "cmlm_tf_embeddings"
@@ -102,30 +103,15 @@ def shard_name(index: int, count: int) -> str:
     return f"{SHARD_PREFIX}-{index:05d}-of-{count:05d}{SHARD_SUFFIX}"
 
 
-def is_remote(path: str) -> bool:
-    """Whether `path` names a remote filesystem (`gs://...`), handled by Beam's FileSystems."""
-    return "://" in path
-
-
-def join(folder: str, name: str) -> str:
-    """`FOLDER/NAME`, for a local or a remote folder."""
-    return f"{folder.rstrip('/')}/{name}" if is_remote(folder) else os.path.join(folder, name)
-
-
-def _clean(path: str) -> str:
-    """`path` without a trailing slash, so that siblings are named beside it."""
-    return path.rstrip("/") or path
-
-
 def shard_prefix(folder: str) -> str:
     """The prefix Beam's Parquet sink is given, `FOLDER/part`: with `SHARD_NAME_TEMPLATE` and
     `SHARD_SUFFIX` its shards are `shard_name(i, n)`."""
-    return join(folder, SHARD_PREFIX)
+    return folders.join(folder, SHARD_PREFIX)
 
 
 def staging_folder(out: str) -> str:
     """A fresh staging sibling of `out`, `OUT.staging-<hex>` (not created here)."""
-    return f"{_clean(out)}{STAGING_INFIX}{uuid.uuid4().hex}"
+    return f"{folders.clean(out)}{STAGING_INFIX}{uuid.uuid4().hex}"
 
 
 def check_output(out: str, overwrite: bool) -> List[str]:
@@ -139,15 +125,15 @@ def check_output(out: str, overwrite: bool) -> List[str]:
     Returns:
         One line per leftover removed or kept, for the caller to print as a warning.
     """
-    out = _clean(out)
-    if _exists(out):
+    out = folders.clean(out)
+    if folders.exists(out):
         if not overwrite:
             raise EmbeddingFilesError(f"{out}: already exists; pass --overwrite to replace "
                                       "it, or choose another --output")
-        if not is_remote(out) and not os.path.isdir(out):
+        if not folders.is_remote(out) and not os.path.isdir(out):
             raise EmbeddingFilesError(f"{out}: exists and is not a folder; --overwrite "
                                       "replaces only an embeddings folder")
-        if not _exists(join(out, MANIFEST)) and _files(out):
+        if not folders.exists(folders.join(out, MANIFEST)) and folders.files(out):
             raise EmbeddingFilesError(f"{out}: exists and is not an embeddings folder (no "
                                       f"{MANIFEST}); --overwrite replaces only the output of "
                                       "an embedding run: remove it yourself or choose "
@@ -157,14 +143,14 @@ def check_output(out: str, overwrite: bool) -> List[str]:
 
 def remove_leftovers(out: str) -> List[str]:
     """Removes the staging folders of killed runs beside `out`; see `check_output`."""
-    out = _clean(out)
+    out = folders.clean(out)
     notes = []
-    for folder in _siblings(out, STAGING_INFIX):
-        delete_folder(folder)
+    for folder in folders.siblings(out, STAGING_INFIX):
+        folders.delete_folder(folder)
         notes.append(f"removed {folder}, left by a run that did not finish")
-    for folder in _siblings(out, REPLACED_INFIX):
-        if _exists(out):
-            delete_folder(folder)
+    for folder in folders.siblings(out, REPLACED_INFIX):
+        if folders.exists(out):
+            folders.delete_folder(folder)
             notes.append(f"removed {folder}, an old output that an interrupted --overwrite "
                          "had set aside")
         else:
@@ -179,34 +165,20 @@ def publish(staging: str, out: str, overwrite: bool = False) -> None:
     An existing `out` is refused unless `overwrite`; with it, `out` is renamed aside, `staging`
     renamed in, and the old folder deleted, so `out` is never a mixture of two runs.
     """
-    staging, out = _clean(staging), _clean(out)
-    if not _exists(join(staging, MANIFEST)):
+    staging, out = folders.clean(staging), folders.clean(out)
+    if not folders.exists(folders.join(staging, MANIFEST)):
         raise EmbeddingFilesError(f"{staging}: no {MANIFEST}; only a finished output is "
                                   "published")
     aside = None
-    if _exists(out):
+    if folders.exists(out):
         if not overwrite:
             raise EmbeddingFilesError(f"{out}: appeared while embedding; the new embeddings "
                                       f"are in {staging}")
         aside = f"{out}{REPLACED_INFIX}{uuid.uuid4().hex}"
-        _rename_folder(out, aside, manifest_last=False)
-    _rename_folder(staging, out)
+        folders.rename_folder(out, aside, MANIFEST, marker_last=False)
+    folders.rename_folder(staging, out, MANIFEST)
     if aside is not None:
-        delete_folder(aside)
-
-
-def delete_folder(folder: str) -> None:
-    """Deletes `folder` and everything in it (nothing if it does not exist)."""
-    if is_remote(folder):
-        from apache_beam.io.filesystems import FileSystems
-
-        paths = _remote_paths(folder)
-        if paths:
-            FileSystems.delete(paths)
-    elif os.path.isdir(folder):
-        shutil.rmtree(folder)
-    elif os.path.exists(folder):
-        os.remove(folder)
+        folders.delete_folder(aside)
 
 
 def make_manifest(model: str, dim: int, inputs: Sequence[str], text_column: Optional[int],
@@ -223,9 +195,9 @@ def make_manifest(model: str, dim: int, inputs: Sequence[str], text_column: Opti
 def write_manifest(folder: str, manifest: dict) -> str:
     """Writes `FOLDER/_cmlm_tf_embeddings.json` (the last file of an output); returns its
     path."""
-    path = join(folder, MANIFEST)
+    path = folders.join(folder, MANIFEST)
     text = json.dumps(manifest, indent=2) + "\n"
-    if is_remote(path):
+    if folders.is_remote(path):
         from apache_beam.io.filesystems import FileSystems
 
         with FileSystems.create(path) as f:
@@ -240,16 +212,16 @@ def write_manifest(folder: str, manifest: dict) -> str:
 
 def read_manifest(folder: str) -> dict:
     """The manifest of `folder`, checked; errors name the path."""
-    folder = _clean(folder)
-    path = join(folder, MANIFEST)
-    if not _exists(folder):
+    folder = folders.clean(folder)
+    path = folders.join(folder, MANIFEST)
+    if not folders.exists(folder):
         raise EmbeddingFilesError(f"{folder}: not found")
-    if not _exists(path):
+    if not folders.exists(path):
         raise EmbeddingFilesError(f"{folder}: no {MANIFEST}, so the embedding did not finish "
                                   "(or this is not an embeddings folder); run "
                                   "python -m cmlm_tf.embed_corpus again")
     try:
-        with open_file(path) as f:
+        with folders.open_file(path) as f:
             manifest = json.loads(f.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise EmbeddingFilesError(f"{path}: cannot read the manifest ({error})") from None
@@ -274,7 +246,7 @@ def read_manifest(folder: str) -> dict:
 
 def list_shards(folder: str) -> List[str]:
     """The names of the shard files in `folder` (`part-*-of-*.parquet`), sorted."""
-    return sorted(name for name in _files(folder) if _SHARD_PATTERN.match(name))
+    return sorted(name for name in folders.files(folder) if _SHARD_PATTERN.match(name))
 
 
 def count_rows(folder: str, names: Optional[Sequence[str]] = None) -> int:
@@ -282,7 +254,7 @@ def count_rows(folder: str, names: Optional[Sequence[str]] = None) -> int:
     _, pq = _pyarrow()
     rows = 0
     for name in list_shards(folder) if names is None else names:
-        with open_file(join(folder, name)) as f:
+        with folders.open_file(folders.join(folder, name)) as f:
             rows += pq.ParquetFile(f).metadata.num_rows
     return rows
 
@@ -295,11 +267,11 @@ def read_embeddings(folder: str) -> Embeddings:
     vectors whose width is not the manifest's dim, or a row count that is not its `embedded`.
     """
     pa, _ = _pyarrow()
-    folder = _clean(folder)
+    folder = folders.clean(folder)
     manifest = read_manifest(folder)
     dim = manifest["dim"]
     names = _check_shard_names(folder, manifest["shards"])
-    tables = [_read_shard(join(folder, name), dim) for name in names]
+    tables = [_read_shard(folders.join(folder, name), dim) for name in names]
     table = pa.concat_tables(tables) if tables else schema().empty_table()
     if table.num_rows != manifest["counts"]["embedded"]:
         raise EmbeddingFilesError(f"{folder}: the shards hold {table.num_rows} rows but the "
@@ -314,7 +286,7 @@ def read_embeddings(folder: str) -> Embeddings:
 def _check_shard_names(folder: str, count: int) -> List[str]:
     """The expected shard names, once each is known to be there and nothing else is."""
     expected = [shard_name(index, count) for index in range(count)]
-    present = {name for name in _files(folder) if not name.startswith(("_", "."))}
+    present = {name for name in folders.files(folder) if not name.startswith(("_", "."))}
     missing = [name for name in expected if name not in present]
     if missing:
         raise EmbeddingFilesError(f"{folder}: missing shard {missing[0]}"
@@ -331,7 +303,7 @@ def _read_shard(path: str, dim: int):
     """One shard as an Arrow table, its columns and vector widths checked."""
     pa, pq = _pyarrow()
     try:
-        with open_file(path) as f:
+        with folders.open_file(path) as f:
             table = pq.read_table(f, columns=list(COLUMNS))
     except (OSError, pa.ArrowException) as error:
         detail = " ".join(str(error).split())[:200]
@@ -394,66 +366,3 @@ def _sorted_vectors(table, order: np.ndarray, dim: int) -> np.ndarray:
     return vectors
 
 
-def _exists(path: str) -> bool:
-    if is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
-
-        return FileSystems.exists(path) or bool(_remote_paths(path))
-    return os.path.exists(path)
-
-
-def _remote_paths(folder: str) -> List[str]:
-    """Every file under a remote folder, at any depth (object stores have no folders)."""
-    from apache_beam.io.filesystems import FileSystems
-
-    prefix = folder.rstrip("/") + "/"
-    return sorted(m.path for m in FileSystems.match([prefix + "**"])[0].metadata_list)
-
-
-def _files(folder: str) -> List[str]:
-    """The names of the files directly in `folder` ([] if there is no such folder)."""
-    if not is_remote(folder):
-        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    start = len(folder.rstrip("/")) + 1
-    return [path[start:] for path in _remote_paths(folder) if "/" not in path[start:]]
-
-
-def _siblings(out: str, infix: str) -> List[str]:
-    """The folders beside `out` named `OUT<infix>...`."""
-    if is_remote(out):
-        from apache_beam.io.filesystems import FileSystems
-
-        matched = FileSystems.match([f"{out}{infix}*/**"])[0].metadata_list
-        start = len(out) + len(infix)
-        return sorted({m.path[:m.path.index("/", start)] for m in matched
-                       if "/" in m.path[start:]})
-    parent, base = os.path.split(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        return []
-    return sorted(os.path.join(os.path.dirname(out), name) for name in os.listdir(parent)
-                  if name.startswith(base + infix))
-
-
-def _rename_folder(source: str, destination: str, manifest_last: bool = True) -> None:
-    """Renames a folder: one rename locally; remotely file by file, the manifest last when
-    an output is moved into place and first when one is moved away, so that no moment shows
-    a manifest beside missing shards."""
-    if not is_remote(source):
-        os.rename(source, destination)
-        return
-    from apache_beam.io.filesystems import FileSystems
-
-    start = len(source.rstrip("/"))
-    paths = sorted(_remote_paths(source),
-                   key=lambda path: path.endswith("/" + MANIFEST) == manifest_last)
-    for path in paths:
-        FileSystems.rename([path], [destination.rstrip("/") + path[start:]])
-
-
-def open_file(path: str):
-    """`path` opened for binary reading (Beam's FileSystems for a remote path)."""
-    if not is_remote(path):
-        return open(path, "rb")
-    from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)

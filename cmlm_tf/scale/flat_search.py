@@ -30,7 +30,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
-from cmlm_tf import inference
+from cmlm_tf import host
 from cmlm_tf.evaluation import ann, knn
 
 # Keys per chunk of a row (queries per chunk of a column), and chunks kept per row / column.
@@ -55,7 +55,7 @@ def compute_dtype(precision: str = "auto") -> str:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision != "auto":
         return precision
-    return "bfloat16" if inference.native_bfloat16() else "float32"
+    return "bfloat16" if host.native_bfloat16() else "float32"
 
 
 def shortlist_size(k: int) -> int:

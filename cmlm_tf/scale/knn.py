@@ -26,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from cmlm_tf.evaluation import ann, knn
-from cmlm_tf.scale import embedding_files
+from cmlm_tf.scale import folders
 from cmlm_tf.scale import options as beam_options
 
 DIRECTIONS = ("forward", "backward")
@@ -51,7 +51,7 @@ class SearchSpec:
 def _write_bytes(path: str, data: bytes) -> None:
     """Writes `data` to `path` whole: under a temporary name, then renamed."""
     temp = f"{path}.tmp-{uuid.uuid4().hex}"
-    if not embedding_files.is_remote(path):
+    if not folders.is_remote(path):
         with open(temp, "wb") as f:
             f.write(data)
         os.replace(temp, path)
@@ -64,7 +64,7 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 
 def _read_array(path: str, mmap: bool = True) -> np.ndarray:
-    if not embedding_files.is_remote(path):
+    if not folders.is_remote(path):
         return np.load(path, mmap_mode="r" if mmap else None)
     with FileSystems.open(path) as f:
         return np.load(io.BytesIO(f.read()))
@@ -72,7 +72,7 @@ def _read_array(path: str, mmap: bool = True) -> np.ndarray:
 
 def _local_copy(path: str) -> Tuple[str, Optional[str]]:
     """A local path for `path` (a remote file is copied to a temporary one, returned too)."""
-    if not embedding_files.is_remote(path):
+    if not folders.is_remote(path):
         return path, None
     import tempfile
 
@@ -101,12 +101,12 @@ class _Loaded:
 
 
 def _load_side(work_dir: str, direction: str, spec: SearchSpec) -> _Side:
-    keys = _read_array(embedding_files.join(work_dir, f"{_key_side(direction)}.npy"))
+    keys = _read_array(folders.join(work_dir, f"{_key_side(direction)}.npy"))
     if spec.index != "ann":
         return _Side(keys, None)
-    local, temporary = _local_copy(embedding_files.join(work_dir, f"index-{direction}"))
+    local, temporary = _local_copy(folders.join(work_dir, f"index-{direction}"))
     if temporary is not None:  # the sidecar travels with the index
-        sidecar, _ = _local_copy(embedding_files.join(work_dir, f"index-{direction}.txt"))
+        sidecar, _ = _local_copy(folders.join(work_dir, f"index-{direction}.txt"))
         os.replace(sidecar, local + ".txt")
     index = ann.load_index(local, spec.backend)
     return _Side(keys, index)
@@ -150,7 +150,7 @@ class SearchShard(beam.DoFn):
 
     def process(self, shard: Tuple[str, int, int]) -> Iterator[str]:
         direction, start, stop = shard
-        queries = _read_array(embedding_files.join(self._work_dir, f"{_query_side(direction)}.npy"))
+        queries = _read_array(folders.join(self._work_dir, f"{_query_side(direction)}.npy"))
         queries = np.asarray(queries[start:stop], np.float32)
         side = self._loaded.sides[direction]
         k = min(self._k, side.keys.shape[0])
@@ -168,7 +168,7 @@ class SearchShard(beam.DoFn):
                 probes=self._probes.get(direction, self._spec.probes or ann.DEFAULT_PROBES))
         buffer = io.BytesIO()
         np.savez(buffer, cosines=cosines, indices=indices)
-        path = embedding_files.join(self._work_dir, _result_name(direction, start))
+        path = folders.join(self._work_dir, _result_name(direction, start))
         _write_bytes(path, buffer.getvalue())
         self._searched.inc(stop - start)
         yield _result_name(direction, start)
@@ -178,9 +178,9 @@ def _limit_threads(threads: int, spec: SearchSpec) -> None:
     """Caps the worker's threads (faiss's OpenMP, TensorFlow's pools for the flat product)
     so workers on one machine share its cores."""
     if spec.index == "flat":
-        from cmlm_tf import inference
+        from cmlm_tf import host
 
-        inference.apply_thread_settings(threads, 1)
+        host.apply_thread_settings(threads, 1)
         return
     if spec.backend == "faiss":
         try:
@@ -207,12 +207,12 @@ def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k
             seed: int = 0) -> Dict[str, int]:
     """Writes both sides' vectors and, for `ann`, both indexes into `work_dir`; returns the
     probes of each direction (`spec.probes`, or calibrated when None; empty for exact)."""
-    if not embedding_files.is_remote(work_dir):
+    if not folders.is_remote(work_dir):
         os.makedirs(work_dir, exist_ok=True)
     for name, vectors in (("src", src), ("tgt", tgt)):
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(vectors, np.float32))
-        _write_bytes(embedding_files.join(work_dir, f"{name}.npy"), buffer.getvalue())
+        _write_bytes(folders.join(work_dir, f"{name}.npy"), buffer.getvalue())
     if spec.index != "ann":
         return {}
     import tempfile
@@ -231,7 +231,7 @@ def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k
             index.save(path)
             for name in (f"index-{direction}", f"index-{direction}.txt"):
                 with open(os.path.join(local, name), "rb") as f:
-                    _write_bytes(embedding_files.join(work_dir, name), f.read())
+                    _write_bytes(folders.join(work_dir, name), f.read())
     return probes
 
 
@@ -256,7 +256,7 @@ def collect(work_dir: str, num_src: int, num_tgt: int, k: int,
         cosines = np.empty([rows, width], np.float32)
         indices = np.empty([rows, width], np.int64)
         for start, stop in _ranges(rows, shard_rows):
-            path = embedding_files.join(work_dir, _result_name(direction, start))
+            path = folders.join(work_dir, _result_name(direction, start))
             if not FileSystems.exists(path):
                 raise RuntimeError(f"{path}: missing; the k-NN pipeline did not search "
                                    f"{direction} queries {start}-{stop}")
@@ -296,7 +296,7 @@ def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec
                            shard_rows, probes)
         return collect(work_dir, src.shape[0], tgt.shape[0], k, shard_rows)
     finally:
-        if not embedding_files.is_remote(work_dir):
+        if not folders.is_remote(work_dir):
             import shutil
 
             shutil.rmtree(work_dir, ignore_errors=True)

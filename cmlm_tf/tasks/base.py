@@ -10,9 +10,8 @@ import tf_keras
 from absl import logging
 from official.core import base_task
 
-from cmlm_tf import tokenization
+from cmlm_tf import dev_metrics, tokenization
 from cmlm_tf.modeling import sentence_encoder
-from cmlm_tf.tasks import dev_eval
 from cmlm_tf.training import steps
 
 
@@ -134,7 +133,7 @@ class _SentenceSteps(base_task.Task):
         return []
 
 
-class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
+class SentenceTask(dev_metrics.DevMetricsMixin, _SentenceSteps):
     """A Model Garden task whose losses come as a dict, computed once per step.
 
     Subclasses implement `compute_losses(inputs, outputs) -> dict` with a scalar `loss`
@@ -143,7 +142,7 @@ class SentenceTask(dev_eval.DevEvalMixin, _SentenceSteps):
     updated with the entry of its name (or of `metric_sources[name]`); a subclass that needs
     more overrides `update_metrics`. Cross-replica losses may all-gather inside
     `compute_losses`: both steps call it in the replica context. Evaluations also report
-    the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_eval`).
+    the `task.dev_sts_file` / `task.dev_retrieval_files` metrics (`dev_metrics`).
 
     A SentencePiece tokenizer without `sp_model_file` uses the run's `MODEL_DIR/sp.model`
     (`with_run_sentencepiece`); a task that can learn one says from what text in

@@ -5,8 +5,10 @@
   `compile_steps`, which compiles them with XLA (`runtime.enable_xla`);
 - `gradient_cache`: the cached-gradient computation behind chunked ranking (GradCache);
 - `seeded_dropout`: dropout whose masks a second pass over the same chunk can replay;
-- `lean_layers`: attention cores and feed-forward activations that recompute their largest
-  intermediates in the backward pass.
+- `recompute`: attention cores and feed-forward activations that recompute their largest
+  intermediates in the backward pass;
+- `op_census`: what an XLA-compiled step's program contains (the serial and random ops of
+  its HLO text), for tests and benchmarks.
 
 The all-gather behind losses with global-batch negatives is `cmlm_tf.distributed`, below
 `losses/` and `modeling/`.

@@ -24,6 +24,8 @@ from typing import Dict, Iterator, Optional
 import tensorflow as tf
 import tf_keras
 
+from cmlm_tf import internals
+
 
 @dataclasses.dataclass
 class _Block:
@@ -83,10 +85,10 @@ class _ReplayableSource:
 
 def seed_for(layer: tf_keras.layers.Dropout) -> tf.Tensor:
     """The seed (int64 [2]) of a mask that `layer`'s rate applies elsewhere (an attention core
-    that draws its own mask, `cmlm_tf.training.lean_layers`), for one call of the layer:
+    that draws its own mask, `cmlm_tf.training.recompute`), for one call of the layer:
     inside `Replay.seeded`, the seed the layer itself would draw with (a replay gets the same
     one); otherwise a fresh one from the global random state."""
-    source = getattr(layer, "_random_generator", None)
+    source = internals.random_generator(layer)
     seed = source.replay_seed() if isinstance(source, _ReplayableSource) else None
     if seed is None:
         seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
@@ -98,12 +100,11 @@ def make_replayable(model: tf_keras.layers.Layer) -> Replay:
     the same `Replay`)."""
     layers = [layer for layer in model.submodules
               if isinstance(layer, tf_keras.layers.Dropout)]
-    replay = next((layer._random_generator.replay for layer in layers
-                   if isinstance(layer._random_generator, _ReplayableSource)), None) or Replay()
-    for index, layer in enumerate(layers):
-        if not isinstance(layer._random_generator, _ReplayableSource):
-            # Bypasses Keras attribute tracking: the checkpoint keeps its structure.
-            object.__setattr__(layer, "_random_generator",
-                               _ReplayableSource(layer._random_generator, index, replay))
+    sources = [internals.random_generator(layer) for layer in layers]
+    replay = next((source.replay for source in sources
+                   if isinstance(source, _ReplayableSource)), None) or Replay()
+    for index, (layer, source) in enumerate(zip(layers, sources)):
+        if not isinstance(source, _ReplayableSource):
+            internals.set_random_generator(layer, _ReplayableSource(source, index, replay))
     replay.count = len(layers)
     return replay

@@ -14,13 +14,12 @@ optimizer, and a `LossScaleOptimizer` (mixed precision) scales and unscales them
 """
 
 import dataclasses
-import re
 from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf.training import gradient_cache, lean_layers, seeded_dropout
+from cmlm_tf.training import gradient_cache, recompute, seeded_dropout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +105,8 @@ def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
     """
     chunks = ranked.num_chunks if ranked is not None else 1
     # Attention cores and feed-forward activations recompute their largest intermediates in
-    # the backward pass instead of keeping them (`lean_layers`).
-    lean_layers.make_lean(model)
+    # the backward pass instead of keeping them (`recompute`).
+    recompute.make_lean(model)
     with tf.GradientTape() as tape:
         other = forward() if forward is not None else None
         embeddings = None
@@ -194,11 +193,3 @@ def trainer_compiles_train_step(runtime) -> bool:
     `tf.function(jit_compile=True)` itself under `runtime` (a `RuntimeConfig`)."""
     return bool(runtime is not None and runtime.enable_xla and runtime.num_gpus > 0)
 
-
-def op_census(hlo_text: str) -> Dict[str, int]:
-    """Counts, in the text of an HLO module (`experimental_get_compiler_ir(...)(stage="hlo")`),
-    the ops that run serially or allocate on an accelerator: `sort`, `while` (a loop XLA
-    runs one iteration after another), `rng` and `rng-bit-generator` (random tensors)."""
-    return {op: len(re.findall(rf"^\s*(?:ROOT )?%?[\w.\-]+ = .*? {re.escape(op)}\(", hlo_text,
-                               re.MULTILINE))
-            for op in ("sort", "while", "rng", "rng-bit-generator")}

@@ -1,9 +1,8 @@
-"""The command lines: --help, one-line errors through the real entry points, the learning
-rate of a continued run, and configs read safely."""
+"""The command lines: --help, one-line errors through the real entry points, and the learning
+rate of a continued run. (Config files read safely: tests/test_config_files.py.)"""
 
 import importlib
 import json
-import os
 import subprocess
 import sys
 
@@ -11,22 +10,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env
+from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, run_child
 
 CLIS = {
-    "cmlm_tf.train": ["--experiment", "--mode", "--model_dir", "--config_file",
+    "cmlm_tf.commands.train": ["--experiment", "--mode", "--model_dir", "--config_file",
                       "--params_override"],
-    "cmlm_tf.export.cli": ["--export_dir", "--model_dir", "--hf_dir", "--import_dir",
+    "cmlm_tf.commands.export": ["--export_dir", "--model_dir", "--hf_dir", "--import_dir",
                            "--tflite", "--classic_wordpiece"],
-    "cmlm_tf.evaluate": ["sts", "retrieval", "mining", "bias", "classify", "pcr"],
-    "cmlm_tf.mine": ["--model", "--src", "--tgt", "--output"],
-    "cmlm_tf.mine_hard_negatives": ["--model", "--pairs", "--num_negatives", "--range_max",
+    "cmlm_tf.commands.evaluate": ["sts", "retrieval", "mining", "bias", "classify", "pcr"],
+    "cmlm_tf.commands.mine": ["--model", "--src", "--tgt", "--output"],
+    "cmlm_tf.commands.mine_hard_negatives": ["--model", "--pairs", "--num_negatives", "--range_max",
                                     "--margin"],
-    "cmlm_tf.similarity": ["--model"],
-    "cmlm_tf.build_vocab": ["--input", "--vocab_size", "--type"],
-    "cmlm_tf.convert_hf_bert": ["--hf_dir", "--output_dir"],
-    "cmlm_tf.import_model": ["--import_dir", "--output_dir"],
-    "cmlm_tf.convert_nli": ["--by_language", "--languages"],
+    "cmlm_tf.commands.similarity": ["--model"],
+    "cmlm_tf.commands.build_vocab": ["--input", "--vocab_size", "--type"],
+    "cmlm_tf.commands.convert_hf_bert": ["--hf_dir", "--output_dir"],
+    "cmlm_tf.commands.import_model": ["--import_dir", "--output_dir"],
+    "cmlm_tf.commands.convert_nli": ["--by_language", "--languages"],
 }
 
 
@@ -39,23 +38,12 @@ def test_help_exits_0_and_lists_the_flags(module, capsys):
     text = capsys.readouterr().out
     for flag in CLIS[module]:
         assert flag in text, flag
-    if module == "cmlm_tf.train":
-        from cmlm_tf import experiments
+    if module == "cmlm_tf.commands.train":
+        from cmlm_tf import experiment_registry
 
-        for name in experiments.EXPERIMENTS:
+        for name in experiment_registry.EXPERIMENTS:
             assert name in text
         assert "cmlm_tiny" in text  # packaged recipes by name
-
-
-def test_the_static_experiment_list_is_the_registry():
-    from official.core import exp_factory
-
-    from cmlm_tf import experiments
-
-    experiments.register()
-    # Model Garden's registry nests names by their "/" parts.
-    registered = {f"cmlm_tf/{name}" for name in exp_factory._REGISTERED_CONFIGS["cmlm_tf"]}
-    assert registered == set(experiments.EXPERIMENTS)
 
 
 def _train(*args, cwd=None):
@@ -97,15 +85,6 @@ def test_unknown_experiment_and_unwritable_model_dir(tmp_path):
                     "--params_override=trainer.train_steps=2")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "a_file" in lines[0], lines
-
-
-def test_yaml_tags_are_not_resolved(tmp_path):
-    from cmlm_tf import configs
-
-    recipe = tmp_path / "evil.yaml"
-    recipe.write_text("task: !!python/object/apply:os.system ['echo pwned']\n")
-    with pytest.raises(ValueError, match="evil.yaml"):
-        configs.load_experiment_config([str(recipe)])
 
 
 def _encoder_weights(prefix):
@@ -169,66 +148,17 @@ def test_main_job_log_is_quiet_and_once(tmp_path):
     assert "Customized initialization" not in result.stderr
 
 
-def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypatch):
-    from cmlm_tf import configs, train
-
-    monkeypatch.chdir(tmp_path)
-    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
-    for path in (params.task.train_data.input_path, params.task.model.tokenizer.vocab_file):
-        assert os.path.isabs(path) and os.path.exists(path), path
-    assert params.trainer.optimizer_config.learning_rate.polynomial.decay_steps == \
-        params.trainer.train_steps
-    with pytest.raises(FileNotFoundError, match="cmlm_tinyy.*cmlm_tiny"):
-        configs.resolve_recipe("cmlm_tinyy")
-
-
 def test_exporter_argument_errors_come_before_tensorflow():
-    code = ("import sys\nfrom cmlm_tf.export import cli\n"
-            "try:\n    cli.main(['--export_dir', 'out', '--model_dir', 'configs', '--hf_dir', "
-            "'docs'])\n"
-            "except SystemExit as e:\n    print(e.code, 'tensorflow' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=cli_env(), cwd=REPO_DIR, timeout=3600)
+    result = run_child("exporter_argument_error")
     assert result.stdout.split() == ["2", "False"], result.stderr[-1000:]
     assert "--model_dir and --hf_dir" in result.stderr
-
-
-_TYPOS = """
-import contextlib, io, json, sys
-from cmlm_tf import evaluate, mine, similarity, train
-from cmlm_tf.export import cli as export_cli
-
-TRAIN = ["--experiment=cmlm_tf/cmlm", "--mode=train"]
-cases = {
-    "recipe": (train.main, TRAIN + ["--config_file=cmlm_tiyn", "--model_dir=run"]),
-    "experiment": (train.main, ["--experiment=cmlm_tf/cmml", "--mode=train",
-                                "--config_file=cmlm_tiny", "--model_dir=run"]),
-    "train_flag": (train.main, TRAIN + ["--config_file=cmlm_tiny", "--model-dir=run"]),
-    "export_flag": (export_cli.main, ["--export_dir=out", "--model-dir=run"]),
-    "evaluate_flag": (evaluate.main, ["sts", "--modle=x", "--data=y"]),
-    "mine_flag": (mine.main, ["--model=x", "--src=a", "--tgt=b", "--ouput=c"]),
-    "similarity_flag": (similarity.main, ["--mdoel=x", "a", "b"]),
-}
-report = {}
-for name, (main, argv) in cases.items():
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exit:
-            code = exit.code
-    report[name] = [code, err.getvalue().strip().splitlines()[-1]]
-report["tensorflow"] = "tensorflow" in sys.modules
-print(json.dumps(report))
-"""
 
 
 def test_typos_get_did_you_mean_before_tensorflow_starts():
     """Recipe, experiment and flag typos: exit code 2, one line naming the typo and the
     closest valid name, and TensorFlow never imported (the error comes in well under 2 s;
     the test checks the import, not the time)."""
-    result = subprocess.run([sys.executable, "-c", _TYPOS], capture_output=True, text=True,
-                            env=cli_env(), cwd=REPO_DIR, timeout=3600)
+    result = run_child("typo_report")
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report.pop("tensorflow") is False
@@ -246,69 +176,6 @@ def test_typos_get_did_you_mean_before_tensorflow_starts():
     assert lines["similarity_flag"].endswith("--mdoel: not recognised; did you mean --model?")
 
 
-def test_flag_check_knows_prefixes_numbers_and_subcommands():
-    from cmlm_tf import cli, evaluate
-
-    parser = cli.ArgumentParser(prog="x")
-    parser.add_argument("--model_dir")
-    parser.add_argument("--steps", type=int)
-    assert parser.unrecognised_flags(["--model=a", "--steps", "-3", "--", "--zzz"]) == []
-    assert parser.unrecognised_flags(["--model-dir", "a", "-q"]) == ["--model-dir", "-q"]
-    # The top-level parser of a command with subcommands knows their flags.
-    assert evaluate.build_parser().unrecognised_flags(["sts", "--model", "m"]) == []
-
-
-def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys, monkeypatch):
-    from cmlm_tf import cli
-
-    def mistake():
-        raise ValueError("task.train_data.input_path: no file matches 'x*.txt'\nmore detail")
-
-    def bug():
-        raise KeyError("internal")
-
-    monkeypatch.delenv("CMLM_TF_DEBUG", raising=False)
-    assert cli.run_main(mistake) == 2
-    assert capsys.readouterr().err == \
-        "error: task.train_data.input_path: no file matches 'x*.txt'\n"
-    with pytest.raises(KeyError, match="internal"):
-        cli.run_main(bug)
-    assert cli.run_main(lambda: None) == 0 and cli.run_main(lambda: 3) == 3
-    monkeypatch.setenv("CMLM_TF_DEBUG", "1")  # the full traceback on request
-    with pytest.raises(ValueError, match="input_path"):
-        cli.run_main(mistake)
-
-
-def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
-    from cmlm_tf import cli, train
-
-    def error(override="", files=("cmlm_tiny",)):
-        with pytest.raises(ValueError) as raised:
-            train.build_params("cmlm_tf/cmlm", list(files), override)
-        return str(raised.value)
-
-    assert error("trainer.train_step=10") == \
-        "--params_override: unknown key trainer.train_step; did you mean trainer.train_steps?"
-    assert error("task.train_dat.input_path=x").endswith("did you mean task.train_data?")
-    assert error("task.model.encoder.hiden_size=8").endswith(
-        "did you mean task.model.encoder.hidden_size?")
-    # A key in the wrong place: the keys of that name elsewhere.
-    assert "did you mean task.train_data.seq_length or " in error("trainer.seq_length=8")
-    assert error("zzz=1").endswith("unknown key zzz; the keys at the top level are runtime, "
-                                   "task, trainer")
-    recipe = tmp_path / "typo.yaml"
-    recipe.write_text("trainer:\n  optimizer_config:\n    warmup:\n      linear:\n"
-                      "        warmup_step: 3\n")
-    assert error(files=["cmlm_tiny", str(recipe)]) == (
-        f"{recipe}: unknown key trainer.optimizer_config.warmup.linear.warmup_step; did you "
-        "mean trainer.optimizer_config.warmup.linear.warmup_steps?")
-    # Through the command line's error path: one line, exit code 2.
-    assert cli.run_main(lambda: train.build_params(
-        "cmlm_tf/cmlm", ["cmlm_tiny"], "trainer.train_step=10")) == 2
-    assert capsys.readouterr().err == ("error: --params_override: unknown key "
-                                       "trainer.train_step; did you mean trainer.train_steps?\n")
-
-
 @pytest.mark.parametrize("override,start_step,fix", [
     # The issue's short experiment: the warm-up (100) lasts the whole decay (100 steps).
     ("trainer.train_steps=100", 0, "trainer.optimizer_config.warmup.linear.warmup_steps=10"),
@@ -319,7 +186,7 @@ def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
 ])
 def test_zero_learning_rate_guard_ends_with_the_override_that_fixes_it(override, start_step,
                                                                         fix):
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], override)
     with pytest.raises(ValueError, match="learning rate is 0") as raised:

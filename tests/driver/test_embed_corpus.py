@@ -1,5 +1,6 @@
-"""`python -m cmlm_tf.embed_corpus`: a corpus embedded end to end by the command, its summary
-line, and argument errors in one line before TensorFlow or Beam is imported."""
+"""`python -m cmlm_tf.embed_corpus` in subprocesses: a corpus embedded end to end by the
+command, its summary line, and argument errors in one line before TensorFlow or Beam is
+imported. (In-process: tests/commands/test_embed_corpus.py.)"""
 
 import os
 import re
@@ -8,7 +9,6 @@ import sys
 
 import pytest
 
-from cmlm_tf import embed_corpus
 from cmlm_tf.scale import embedding_files
 from tests.conftest import REPO_DIR, cli_env
 
@@ -69,31 +69,3 @@ def test_argument_errors_are_one_line_before_tensorflow_or_beam(tmp_path, tiny_e
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert re.search(message, lines[0]), lines[0]
     assert "cmlm_tf" in imported and not imported & {"tensorflow", "apache_beam", "pyarrow"}
-
-
-def test_missing_beam_names_the_extra(tmp_path, tiny_export, monkeypatch, capsys):
-    import cmlm_tf.scale
-
-    monkeypatch.setitem(sys.modules, "apache_beam", None)  # "import apache_beam" fails
-    monkeypatch.delitem(sys.modules, "cmlm_tf.scale.embed", raising=False)
-    monkeypatch.delattr(cmlm_tf.scale, "embed", raising=False)
-    (tmp_path / "a.txt").write_text("the dog\n")
-    code = embed_corpus.main(["--model", str(tiny_export), "--input", str(tmp_path / "a.txt"),
-                              "--output", str(tmp_path / "out")])
-    assert code == 2
-    assert capsys.readouterr().err.strip() == (
-        'error: apache_beam is not installed; embed_corpus needs the scale extra: '
-        'pip install -e ".[scale]"')
-
-
-def test_help_lists_the_flags_and_beam_options_pass_through(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        embed_corpus.main(["--help"])
-    assert exit_info.value.code == 0
-    text = capsys.readouterr().out
-    for flag in ("--model", "--input", "--output", "--text_column", "--batch_size",
-                 "--max_chars", "--overwrite", "Beam pipeline options"):
-        assert flag in text, flag
-    parser = embed_corpus.build_parser()
-    assert parser.unrecognised_flags(["--runner=DataflowRunner", "--direct_num_workers", "4",
-                                      "--max_num_workers=9", "--ouput=x"]) == ["--ouput"]

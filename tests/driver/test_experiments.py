@@ -274,18 +274,6 @@ def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs, 
     assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
 
 
-# A training child: 1 CPU second, a checkpoint, then 30 more.
-_BUSY_CHILD = """import pathlib, sys, time
-def burn(seconds):
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
-burn(1.0)
-(pathlib.Path(sys.argv[1]) / "checkpoint").write_text("ckpt-1")
-burn(30.0)
-"""
-
-
 @pytest.mark.parametrize("with_checkpoints", [False, True])
 def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
                                                                        with_checkpoints):
@@ -299,12 +287,12 @@ def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
     log, model_dir = tmp_path / "stage" / "train.log", tmp_path / "stage" / "run"
     model_dir.mkdir(parents=True)
     totals_path = tmp_path / "stage" / "train.log.cpu.json"
-    child = [sys.executable, "-c", _BUSY_CHILD, str(model_dir)]
-    checkpoint_dir = str(model_dir) if with_checkpoints else None
-    script = (f"from experiments import run\nrun.CPU_POLL_SECONDS = 0.1\n"
-              f"run.run_counted({child!r}, {str(log)!r}, {checkpoint_dir!r})")
-    runner = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_DIR,
-                              env=subprocess_env(), start_new_session=True)
+    # The runner counts `children.busy_training`: 1 CPU second, a checkpoint, then 30 more.
+    checkpoint_dir = str(model_dir) if with_checkpoints else ""
+    runner = subprocess.Popen([sys.executable, "-m", "tests.driver.children",
+                               "counted_busy_training", str(model_dir), str(log),
+                               checkpoint_dir], cwd=REPO_DIR, env=subprocess_env(),
+                              start_new_session=True)
     try:
         children = f"/proc/{runner.pid}/task/{runner.pid}/children"
         deadline, used = time.time() + 3600, 0.0  # a safety net
@@ -324,7 +312,8 @@ def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
     else:
         assert marked > 2.0, marked
 
-    cpu, _ = run.run_counted([sys.executable, "-c", "pass"], str(log))
+    cpu, _ = run.run_counted([sys.executable, "-m", "tests.driver.children", "nothing"],
+                             str(log))
     totals = json.loads(totals_path.read_text(encoding="utf-8"))
     assert (totals["pieces"], totals["interrupted"]) == (2, 1)
     assert "running" not in totals
@@ -365,22 +354,6 @@ def test_runners_started_side_by_side_write_the_seeds_initialisation_once(tmp_pa
     assert found == writes * 2
 
 
-# A piece of `--check`: prints, logs through absl and TensorFlow's logger, then exits with
-# its argument, raises, or is interrupted.
-_PIECE = """import logging, sys
-from absl import logging as absl_logging
-absl_logging.use_absl_handler()
-print("printed", sys.argv[1:])
-absl_logging.warning("logged by absl")
-logging.getLogger("tensorflow").warning("logged by tensorflow")
-if sys.argv[1] == "raise":
-    raise ValueError("task.model: bad field")
-if sys.argv[1] == "interrupt":
-    raise KeyboardInterrupt
-sys.exit(int(sys.argv[1]))
-"""
-
-
 def test_a_piece_run_in_the_runners_process_keeps_its_output_and_its_errors(
         tmp_path, monkeypatch):
     """Under `--check` a piece runs in the runner's process from the repository root: its
@@ -392,25 +365,27 @@ def test_a_piece_run_in_the_runners_process_keeps_its_output_and_its_errors(
 
     from absl import logging as absl_logging
 
-    script = tmp_path / "piece.py"
-    script.write_text(_PIECE, encoding="utf-8")
+    # `children.piece` prints, logs through absl and TensorFlow's logger, then exits with its
+    # argument, raises, or is interrupted.
+    piece = [sys.executable, "-m", "tests.driver.children", "piece"]
     log = tmp_path / "piece.log"
     monkeypatch.setattr(run, "IN_PROCESS", True)
     cwd, argv = os.getcwd(), list(sys.argv)
 
-    cpu, _ = run.run_child([sys.executable, str(script), "0"], str(log))
+    cpu, _ = run.run_child(piece + ["0"], str(log))
     assert cpu >= 0.0 and (os.getcwd(), sys.argv) == (cwd, argv)
     text = log.read_text(encoding="utf-8")
     assert "printed ['0']" in text and "logged by absl" in text
     assert "logged by tensorflow" in text
     with pytest.raises(RuntimeError) as error:
-        run.run_child([sys.executable, str(script), "raise"], str(log))
+        run.run_child(piece + ["raise"], str(log))
     first = str(error.value).splitlines()[0]
-    assert first == f"piece.py failed (1): ValueError: task.model: bad field; log {log}"
-    with pytest.raises(RuntimeError, match=r"^piece.py failed \(3\)"):
-        run.run_child([sys.executable, str(script), "3"], str(log))
+    assert first == (f"tests.driver.children failed (1): ValueError: task.model: bad field; "
+                     f"log {log}")
+    with pytest.raises(RuntimeError, match=r"^tests\.driver\.children failed \(3\)"):
+        run.run_child(piece + ["3"], str(log))
     with pytest.raises(run.Stopped):
-        run.run_child([sys.executable, str(script), "interrupt"], str(log), record=True)
+        run.run_child(piece + ["interrupt"], str(log), record=True)
     assert json.loads((tmp_path / "piece.log.cpu.json").read_text(encoding="utf-8"))[
         "pieces"] == 1
     handlers = [absl_logging.get_absl_handler().python_handler, *logging.getLogger().handlers,

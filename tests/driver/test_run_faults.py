@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from cmlm_tf import disk, run_dir, train
+from cmlm_tf import disk, run_checkpoints, run_dir
+from cmlm_tf.commands import train
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, fill_disk, write_bundled_pairs
 
 TRAIN = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
@@ -106,28 +107,17 @@ BITEXT_EVAL = ["--experiment=cmlm_tf/bitext", "--config_file=bitext_tiny",
                "trainer.optimizer_config.warmup.linear.warmup_steps=1"]
 
 
-_INTERRUPTED_EVALUATION = """
-import sys
-from cmlm_tf import runner, train
-def interrupted(self, *args, **kwargs):
-    raise KeyboardInterrupt  # Ctrl-C during the final evaluation
-runner.ThroughputTrainer.evaluate = interrupted
-sys.exit(train.main(sys.argv[1:]))
-"""
-
-
 def test_a_rerun_evaluates_what_an_interrupted_final_evaluation_left(tmp_path):
     """Ctrl-C during the final evaluation: exit 130. The same command run again does not
     just say "finished": it evaluates the step reached, once."""
-    script = tmp_path / "interrupted_evaluation.py"
-    script.write_text(_INTERRUPTED_EVALUATION, encoding="utf-8")
     args = BITEXT_EVAL + [f"--model_dir={tmp_path / 'run'}"]
 
     def run(command):
         return subprocess.run(command + args, capture_output=True, text=True, env=cli_env(),
                               cwd=REPO_DIR, timeout=3600)
 
-    interrupted = run([sys.executable, str(script)])
+    interrupted = run([sys.executable, "-m", "tests.driver.children",
+                       "train_interrupted_in_evaluation"])
     assert interrupted.returncode == 130, interrupted.stderr[-3000:]
     rerun = run([sys.executable, "-m", "cmlm_tf.train"])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -207,7 +197,7 @@ def test_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_older_one(
     assert "MiB free there" in errors[0] and "ResourceExhaustedError" in errors[0]
     # The older checkpoint is intact and still the run's latest; the lock is released.
     assert tf.train.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-10")
-    assert run_dir.checkpoint_problem(str(model_dir / "ckpt-10")) is None
+    assert run_checkpoints.checkpoint_problem(str(model_dir / "ckpt-10")) is None
     assert not (model_dir / run_dir.LOCK_FILE).exists()
 
 
@@ -244,7 +234,7 @@ def test_training_onto_a_full_tmpfs_is_one_line_and_keeps_the_older_checkpoint(s
     assert line.startswith(f"error: {model_dir / 'ckpt-20'}: no space left on device"), line
     assert "MiB free there" in line
     assert tf.train.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-10")
-    assert run_dir.checkpoint_problem(str(model_dir / "ckpt-10")) is None
+    assert run_checkpoints.checkpoint_problem(str(model_dir / "ckpt-10")) is None
     assert not (model_dir / run_dir.LOCK_FILE).exists()
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cmlm_tf.evaluation import ann, knn, mining
+from cmlm_tf.vectors import unit_rows
 
 pytest.importorskip("faiss", reason="the scale extra (pip install -e '.[scale]')")
 
@@ -16,9 +17,9 @@ pytest.importorskip("faiss", reason="the scale extra (pip install -e '.[scale]')
 def clustered(n, dim=32, clusters=20, spread=0.35, seed=0):
     """Unit vectors around `clusters` centres: the shape of real sentence embeddings."""
     rng = np.random.default_rng(seed)
-    centres = knn.normalize(rng.standard_normal((clusters, dim), dtype=np.float32))
+    centres = unit_rows(rng.standard_normal((clusters, dim), dtype=np.float32))
     labels = rng.integers(0, clusters, n)
-    return knn.normalize(centres[labels] + spread * rng.standard_normal(
+    return unit_rows(centres[labels] + spread * rng.standard_normal(
         (n, dim), dtype=np.float32) / np.sqrt(dim))
 
 
@@ -89,7 +90,7 @@ def test_mining_with_the_index_keeps_the_exact_pairs_above_the_best_threshold():
     rng = np.random.default_rng(10)
     planted = rng.permutation(4000)[:2000]
     tgt = clustered(4000, dim=48, clusters=60, seed=11)
-    tgt[:2000] = knn.normalize(src[planted] + 0.5 * rng.standard_normal(
+    tgt[:2000] = unit_rows(src[planted] + 0.5 * rng.standard_normal(
         (2000, 48), dtype=np.float32) / np.sqrt(48))
     gold = set(zip(planted.tolist(), range(2000)))
 
@@ -133,7 +134,7 @@ def test_calibrated_probes_reach_the_recall_asked_for_or_search_every_partition(
     assert previous == probes  # the same sample gives the same answer
     # Isotropic vectors: no partition holds the neighbours, so every partition is searched.
     rng = np.random.default_rng(14)
-    keys = knn.normalize(rng.standard_normal((3000, 48), dtype=np.float32))
+    keys = unit_rows(rng.standard_normal((3000, 48), dtype=np.float32))
     index = ann.build_index(keys, "faiss")
     probes, _ = ann.calibrate_probes(keys[:300], keys, 4, index, target=0.999, probes=2)
     assert probes == index.partitions

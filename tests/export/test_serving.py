@@ -3,31 +3,31 @@
 
 import json
 import os
-import re
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cmlm_tf
-from cmlm_tf import inference
+from cmlm_tf import host
 from cmlm_tf.export import serving_forward
 from cmlm_tf.modeling import sentence_encoder
-from tests.conftest import REPO_DIR, tiny_encoder_config
+from tests.conftest import COMPOSITIONS, REPO_DIR, cosines, tiny_encoder_config
 
 SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",
              "the woman is slicing an onion . the child is eating"]
 
 
-def run_python(code: str, **env) -> subprocess.CompletedProcess:
+def run_child(name: str, *args) -> subprocess.CompletedProcess:
+    """`tests.export.children`' function `name` in a fresh interpreter, without
+    TF_USE_LEGACY_KERAS (a plain TensorFlow, as a model server or a Keras 3 user has)."""
     environment = {key: value for key, value in os.environ.items()
                    if key != "TF_USE_LEGACY_KERAS"}
-    environment.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2", **env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=environment, timeout=3600)
+    environment.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "tests.export.children", name, *args],
+                          capture_output=True, text=True, env=environment, timeout=3600)
 
 
 def random_ids(vocab_size, batch=3, seq=9, seed=0):
@@ -108,23 +108,6 @@ def test_length_buckets_trim_each_sub_batch_and_keep_the_order():
     assert empty.shape == (0, forward.output_dim)
 
 
-def _cosines(a, b):
-    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
-# Requests of odd composition: each is served in length buckets of 8 rows.
-# Words of one token each in the tiny vocabulary: every `SAME_LENGTH` text has 4 tokens.
-SAME_LENGTH = [f"the {word}" for word in ("man", "woman", "child", "dog", "cat", "horse",
-                                          "guitar", "flute", "onion", "snake", "mouse", "house",
-                                          "car", "day", "night", "world", "hello")]
-COMPOSITIONS = {
-    "one long among short": ["a dog", "the red car", "hello", "a cat is running"] * 3
-    + ["the woman is slicing an onion . the man is playing"] + ["good day", "blue"] * 3,
-    "all the same length": SAME_LENGTH,
-    "one": ["the man is playing a guitar ."],
-}
-
-
 def test_serving_default_in_buckets_equals_one_sentence_at_a_time(tiny_export):
     serving = tf.saved_model.load(str(tiny_export / "serving" / "1"))
     signature = serving.signatures["serving_default"]
@@ -138,8 +121,8 @@ def test_serving_default_in_buckets_equals_one_sentence_at_a_time(tiny_export):
     for name, texts in COMPOSITIONS.items():
         for request in (texts, texts[::-1]):
             expected = np.stack([alone[text] for text in request])
-            assert _cosines(embed(request), expected).min() >= 0.99999, name
-            assert _cosines(serving(tf.constant(request)).numpy(), expected).min() >= 0.99999
+            assert cosines(embed(request), expected).min() >= 0.99999, name
+            assert cosines(serving(tf.constant(request)).numpy(), expected).min() >= 0.99999
     assert embed([]).shape == (0, 32)
 
 
@@ -158,8 +141,8 @@ def test_minilm_serving_default_in_buckets_equals_one_sentence_at_a_time(minilm_
     texts = sentences + [long_text] + sentences[::-1]
     alone = np.concatenate([embed([text]) for text in sentences + [long_text]])
     expected = np.concatenate([alone[:-1], alone[-1:], alone[:-1][::-1]])
-    assert _cosines(embed(texts), expected).min() >= 0.99999
-    assert _cosines(embed(texts[::-1]), expected[::-1]).min() >= 0.99999
+    assert cosines(embed(texts), expected).min() >= 0.99999
+    assert cosines(embed(texts[::-1]), expected[::-1]).min() >= 0.99999
 
 
 def test_export_refuses_a_forward_that_disagrees(tmp_path, tiny_run_dir, monkeypatch):
@@ -201,17 +184,8 @@ def test_serving_runs_the_saved_forward_without_xla(tiny_export):
 
 def test_serving_needs_tensorflow_text_and_the_encoder_does_not(tiny_export):
     """What the README's table says: serving/1 needs `import tensorflow_text` first."""
-    result = run_python(f"""
-        import tensorflow as tf
-        try:
-            tf.saved_model.load({str(tiny_export / 'serving' / '1')!r})
-        except Exception as e:
-            print("FAILED", type(e).__name__, "FastBertNormalize" in str(e))
-        import tensorflow_text
-        model = tf.saved_model.load({str(tiny_export / 'serving' / '1')!r})
-        out = model.signatures["serving_default"](sentences=tf.constant(["a dog"]))
-        print("LOADED", out["embeddings"].shape)
-    """)
+    result = run_child("serving_without_and_with_tensorflow_text",
+                       str(tiny_export / "serving" / "1"))
     assert "FAILED" in result.stdout and "True" in result.stdout, result.stderr[-2000:]
     assert "LOADED (1, 32)" in result.stdout, result.stderr[-2000:]
 
@@ -227,24 +201,8 @@ def test_predict_request_round_trip_in_a_fresh_process(tiny_export, tmp_path):
     request.model_spec.signature_name = "serving_default"
     request.inputs["sentences"].CopyFrom(tf.make_tensor_proto(SENTENCES, dtype=tf.string))
     (tmp_path / "request.pb").write_bytes(request.SerializeToString())
-    result = run_python(f"""
-        import sys
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401
-        from tensorflow_serving.apis import predict_pb2
-        request = predict_pb2.PredictRequest.FromString(
-            open({str(tmp_path / 'request.pb')!r}, "rb").read())
-        model = tf.saved_model.load({str(tiny_export / 'serving' / '1')!r})
-        signature = model.signatures[request.model_spec.signature_name]
-        inputs = {{name: tf.constant(tf.make_ndarray(proto))
-                   for name, proto in request.inputs.items()}}
-        response = predict_pb2.PredictResponse()
-        response.model_spec.CopyFrom(request.model_spec)
-        for name, value in signature(**inputs).items():
-            response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
-        open({str(tmp_path / 'response.pb')!r}, "wb").write(response.SerializeToString())
-        assert "cmlm_tf" not in sys.modules
-    """)
+    result = run_child("answer_predict_request", str(tmp_path / "request.pb"),
+                       str(tiny_export / "serving" / "1"), str(tmp_path / "response.pb"))
     assert result.returncode == 0, result.stderr[-2000:]
     response = predict_pb2.PredictResponse.FromString((tmp_path / "response.pb").read_bytes())
     assert list(response.outputs) == ["embeddings"]
@@ -254,16 +212,8 @@ def test_predict_request_round_trip_in_a_fresh_process(tiny_export, tmp_path):
 
 
 def test_keras3_tfsmlayer_in_a_fresh_process(tiny_export, tmp_path):
-    result = run_python(f"""
-        import keras, numpy as np, tensorflow as tf
-        import tensorflow_text  # noqa: F401
-        assert keras.__version__.startswith("3"), keras.__version__
-        layer = keras.layers.TFSMLayer({str(tiny_export / 'serving' / '1')!r},
-                                       call_endpoint="serving_default")
-        text = keras.Input(shape=(), dtype="string")
-        model = keras.Model(text, layer(text)["embeddings"])
-        np.save({str(tmp_path / 'tfsm.npy')!r}, model(tf.constant({SENTENCES!r})).numpy())
-    """)
+    result = run_child("keras3_tfsmlayer", str(tiny_export / "serving" / "1"),
+                       str(tmp_path / "tfsm.npy"), json.dumps(SENTENCES))
     assert result.returncode == 0, result.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "tfsm.npy"),
                                cmlm_tf.load(str(tiny_export)).encode(SENTENCES), atol=2e-5)
@@ -283,122 +233,6 @@ def test_hub_keras_layer_maps_text_to_vectors(tiny_export):
                                atol=2e-5)
 
 
-@pytest.fixture(scope="module")
-def tiny_tflite_export(tmp_path_factory, tiny_run_dir):
-    """The export command with `--tflite`, run as a user runs it (its stderr is in
-    `export.stderr` beside the export)."""
-    from tests.conftest import cli_env
-
-    export_dir = tmp_path_factory.mktemp("tflite") / "tiny"
-    result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", "--model_dir",
-                             str(tiny_run_dir), "--export_dir", str(export_dir), "--tflite"],
-                            capture_output=True, text=True, env=cli_env(), timeout=3600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    (export_dir.parent / "export.stderr").write_text(result.stderr, encoding="utf-8")
-    return export_dir
-
-
-def test_tflite_export_is_quiet(tiny_tflite_export):
-    """No C++ INFO or WARNING line from the TFLite converter reaches the user's terminal."""
-    stderr = (tiny_tflite_export.parent / "export.stderr").read_text(encoding="utf-8")
-    # absl's `W0000 00:00:...`, TensorFlow's `2026-11-25 21:46:12.260032: W ...`.
-    log_line = re.compile(r"^(?:[IW]\d{4} \d\d:\d\d:|\d{4}-\d\d-\d\d [\d:.]+: [IW] |"
-                          r"WARNING: All log messages)")
-    assert not [line for line in stderr.splitlines() if log_line.match(line)], stderr
-    assert stderr.count("Customized initialization") <= 1, stderr
-
-
-def test_cpp_log_filter_follows_the_log_level(capfd):
-    """Lines written to file descriptor 2 during the conversion: C++ log lines below the
-    level go; everything else stays, in order."""
-    from cmlm_tf.export import tflite
-
-    lines = ["W0000 00:00:1795644329.903746   15949 helpers.cc:364] Ignored output_format.",
-             "I0000 00:00:1795644329.998592   15949 pass.cc:437] MLIR V1 pass",
-             "2026-11-25 21:46:12.260032: I tensorflow/core/cpu_feature_guard.cc:210] CPU",
-             "export: converting to TFLite (10 s so far)",
-             "E0000 00:00:1795644329.998592   15949 pass.cc:1] a real error"]
-    for level, kept in ((2, [3, 4]), (3, [3]), (1, [0, 3, 4]), (0, [0, 1, 2, 3, 4])):
-        with tflite._filtered_cpp_logs(level):
-            for line in lines:
-                os.write(2, (line + "\n").encode())
-        assert capfd.readouterr().err.splitlines() == [lines[i] for i in kept], level
-
-
-def test_tflite_text_and_token_ids(tiny_tflite_export):
-    from cmlm_tf.export import tflite
-
-    meta = json.loads((tiny_tflite_export / "cmlm_tf_export.json").read_text())
-    files = {entry["quantization"]: entry for entry in meta["tflite"]["models"]}
-    assert set(files) == {"float32", "int8"}
-    assert files["int8"]["bytes"] < files["float32"]["bytes"]
-    assert files["float32"]["custom_ops"] == ["FastBertNormalize",
-                                              "FastWordpieceTokenizeWithOffsets"]
-    model = cmlm_tf.load(str(tiny_tflite_export))
-    reference = model.encode(SENTENCES)
-    tokens = {key: value.numpy() for key, value in
-              model._serving.tokenize(tf.constant(SENTENCES)).items()}
-    interpreters = {}
-    for quantization, tolerance in (("float32", 0.9999), ("int8", 0.98)):
-        interpreter = tflite.load_interpreter(
-            str(tiny_tflite_export / "tflite" / files[quantization]["file"]))
-        interpreters[quantization] = interpreter
-        assert set(interpreter.get_signature_list()) == {"serving_default", "from_token_ids"}
-        text = interpreter.get_signature_runner("serving_default")(
-            sentences=np.array(SENTENCES, dtype=object))["embeddings"]
-        ids = interpreter.get_signature_runner("from_token_ids")(**tokens)["embeddings"]
-        for vectors in (text, ids):
-            assert vectors.shape == reference.shape
-            assert (vectors * reference).sum(axis=1).min() >= tolerance, quantization
-        np.testing.assert_array_equal(tflite.embed(interpreter, sentences=SENTENCES), text)
-        np.testing.assert_array_equal(tflite.embed(interpreter, "from_token_ids", **tokens), ids)
-    # The float32 model's length buckets: odd requests, each vector as its text alone.
-    float32 = interpreters["float32"]
-    assert "WHILE" in {op["op_name"] for op in float32._get_ops_details()}
-    for name, texts in COMPOSITIONS.items():
-        alone = np.concatenate([tflite.embed(float32, sentences=[text]) for text in texts])
-        for request, expected in ((texts, alone), (texts[::-1], alone[::-1])):
-            vectors = tflite.embed(float32, sentences=request)
-            assert _cosines(vectors, expected).min() >= 0.99999, name
-    # An empty batch, which the interpreter's kernels refuse (unpack.cc: NumElements > 0).
-    empty_ids = {key: np.zeros([0, 4], np.int32) for key in tokens}
-    for signature, inputs in (("serving_default", {"sentences": []}),
-                              ("from_token_ids", empty_ids)):
-        vectors = tflite.embed(interpreter, signature, **inputs)
-        assert vectors.shape == (0, 32) and vectors.dtype == np.float32
-    for inputs, message in (({"sentences": "a dog"}, "got one string"),
-                            ({"sentences": [["a", "b"]]}, r"\[batch\], got \[1, 2\]"),
-                            ({"text": ["a"]}, r"takes the inputs \['sentences'\]")):
-        with pytest.raises(ValueError, match=message):
-            tflite.embed(interpreter, **inputs)
-    with pytest.raises(ValueError, match="one shape"):
-        tflite.embed(interpreter, "from_token_ids",
-                     **{**tokens, "input_mask": tokens["input_mask"][:, :2]})
-    with pytest.raises(ValueError, match="input_word_ids must be integers"):
-        tflite.embed(interpreter, "from_token_ids",
-                     **{**tokens, "input_word_ids": tokens["input_word_ids"][0]})
-    assert "tflite/model_int8.tflite" in (tiny_tflite_export / "README.md").read_text()
-
-
-def test_tflite_sentencepiece_exports_token_ids_and_the_tokenizer(tmp_path, tiny_sp_run_dir,
-                                                                   tiny_sp_model):
-    from cmlm_tf.export import cli, tflite
-
-    export_dir = tmp_path / "sp"
-    assert cli.main(["--model_dir", str(tiny_sp_run_dir), "--export_dir", str(export_dir),
-                     "--tflite"]) == 0
-    meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
-    assert meta["tflite"]["tokenizer"] == "sp.model"
-    assert (export_dir / "tflite" / "sp.model").read_bytes() == tiny_sp_model.read_bytes()
-    interpreter = tflite.load_interpreter(str(export_dir / "tflite" / "model_float32.tflite"))
-    assert set(interpreter.get_signature_list()) == {"from_token_ids"}
-    model = cmlm_tf.load(str(export_dir))
-    tokens = {key: value.numpy() for key, value in
-              model._serving.tokenize(tf.constant(SENTENCES)).items()}
-    vectors = interpreter.get_signature_runner("from_token_ids")(**tokens)["embeddings"]
-    assert (vectors * model.encode(SENTENCES)).sum(axis=1).min() >= 0.9999
-
-
 def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch):
     import tensorflow as tf
 
@@ -406,20 +240,20 @@ def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch)
     gpus = []  # faked too, so that the test means the same on a machine with a GPU
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: gpus if kind == "GPU" else real_devices(kind))
-    inference._warn_once.cache_clear()
-    monkeypatch.setattr(inference, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
+    host.warn_once.cache_clear()
+    monkeypatch.setattr(host, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
     with pytest.warns(RuntimeWarning, match="neither AVX512_BF16 nor AMX"):
         cmlm_tf.load(str(tiny_export), precision="bfloat16")
     with _no_warning():
         cmlm_tf.load(str(tiny_export), precision="bfloat16")  # once per process
     for flags in ({"avx2", "avx512_bf16"}, {"avx2", "amx_bf16"}):
-        inference._warn_once.cache_clear()
-        monkeypatch.setattr(inference, "cpu_flags", lambda flags=flags: flags)
+        host.warn_once.cache_clear()
+        monkeypatch.setattr(host, "cpu_flags", lambda flags=flags: flags)
         with _no_warning():
             cmlm_tf.load(str(tiny_export), precision="bfloat16")
     # An AVX2-only CPU beside a GPU: bfloat16 runs on the GPU, no warning.
-    inference._warn_once.cache_clear()
-    monkeypatch.setattr(inference, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
+    host.warn_once.cache_clear()
+    monkeypatch.setattr(host, "cpu_flags", lambda: {"sse4_2", "avx2", "fma"})
     gpus.append("fake GPU")
     with _no_warning():
         cmlm_tf.load(str(tiny_export), precision="bfloat16")
@@ -440,10 +274,10 @@ class _no_warning:
 
 
 def test_classic_wordpiece_serving_for_older_model_servers(tmp_path, tiny_run_dir, tiny_export):
-    from cmlm_tf.export import cli
+    from cmlm_tf.commands import export as export_cli
 
     export_dir = tmp_path / "classic"
-    assert cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
+    assert export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
                      "--seq_length", "12", "--classic_wordpiece"]) == 0
     meta = json.loads((export_dir / "cmlm_tf_export.json").read_text())
     assert meta["tokenizer"]["implementation"]["name"] == "wordpiece"

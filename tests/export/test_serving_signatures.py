@@ -1,15 +1,15 @@
 """The shapes and dtypes every function of `serving/1` accepts: each input either gives the
 declared output shape or raises a clean error, and none kills the process.
 
-The cases run in a child process (a segfault there fails the case, not pytest): one child per
-export, restarted after the case that killed it, if any, for the cases left.
+The cases run in a child process (`tests.export.children.serving_cases`; a segfault there
+fails the case, not pytest): one child per export, restarted after the case that killed it,
+if any, for the cases left.
 """
 
 import json
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -95,35 +95,15 @@ CASES = {
            ("int64", f"tf.cast({IDS}, tf.int64), {MASK}, {TYPES}", BINDING))},
 }
 
-CHILD = textwrap.dedent("""
-    import json, sys
-    import numpy as np
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401
-    m = tf.saved_model.load(sys.argv[1])
-    for name, expression in json.loads(sys.argv[2]).items():
-        try:
-            out = eval(expression)
-            shape = ({key: list(value.shape) for key, value in out.items()}
-                     if isinstance(out, dict) else list(out.shape))
-            nan = any(np.isnan(value.numpy()).any() for value in
-                      (out.values() if isinstance(out, dict) else [out])
-                      if value.dtype.is_floating)
-            result = {"shape": shape, "nan": bool(nan)}
-        except Exception as error:
-            result = {"error": type(error).__name__, "message": str(error)}
-        print(json.dumps({name: result}), flush=True)
-""")
-
-
 def run_cases(saved_model_dir, cases: dict) -> dict:
     """Runs `cases` (name -> expression) in child processes; returns name -> result, where a
     case that killed its child gets `{"crashed": exit status}` and the rest run again."""
     results, left = {}, dict(cases)
     while left:
-        child = subprocess.run([sys.executable, "-c", CHILD, str(saved_model_dir),
-                                json.dumps(left)], capture_output=True, text=True,
-                               env=subprocess_env(), timeout=3600)
+        child = subprocess.run([sys.executable, "-m", "tests.export.children", "serving_cases",
+                                str(saved_model_dir), json.dumps(left)],
+                               capture_output=True, text=True, env=subprocess_env(),
+                               timeout=3600)
         for line in child.stdout.splitlines():
             if line.startswith("{"):
                 results.update(json.loads(line))

@@ -1,5 +1,5 @@
-"""MTEB 2.x on an export: `cmlm_tf.load(path)` is MTEB's encoder, and its score on a task
-equals `python -m cmlm_tf.evaluate`'s on the same data.
+"""MTEB 2.x on an export: `MTEBEncoder(cmlm_tf.load(path))` is MTEB's encoder, and its score
+on a task equals `python -m cmlm_tf.evaluate`'s on the same data.
 
 Runs only where the `mteb` extra is installed (`tests/conftest.py` leaves this folder out
 otherwise; CI runs it in its own venv, `.ci/run`). MTEB's own tasks download their data, so
@@ -15,7 +15,7 @@ import pytest
 from mteb.abstasks.sts import AbsTaskSTS
 
 import cmlm_tf
-from cmlm_tf import evaluate
+from cmlm_tf.commands import evaluate
 from cmlm_tf.evaluation import mteb_adapter, readers
 from tests.conftest import SHARED_DATA
 
@@ -55,17 +55,17 @@ def minilm_export(tmp_path_factory, minilm_hf_dir):
 
 @pytest.fixture(scope="module")
 def minilm(minilm_export):
-    return cmlm_tf.load(str(minilm_export))
+    return mteb_adapter.MTEBEncoder(cmlm_tf.load(str(minilm_export)))
 
 
-def test_loaded_export_is_an_mteb_encoder(minilm, minilm_export):
+def test_wrapped_export_is_an_mteb_encoder(minilm, minilm_export):
     assert isinstance(minilm, mteb.EncoderProtocol)
     meta = minilm.mteb_model_meta
     assert isinstance(meta, mteb.models.ModelMeta)
     assert meta.name == f"cmlm_tf/{minilm_export.name}"
-    assert meta.embed_dim == minilm.dim == 384
-    assert meta.max_tokens == minilm.seq_length
-    assert meta.revision == minilm.metadata["source"]["checkpoint_sha256"][:12]
+    assert meta.embed_dim == minilm.model.dim == 384
+    assert meta.max_tokens == minilm.model.seq_length
+    assert meta.revision == minilm.model.metadata["source"]["checkpoint_sha256"][:12]
 
 
 def test_encode_over_mteb_loader_matches_encode(minilm):

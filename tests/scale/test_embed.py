@@ -4,7 +4,6 @@ failing worker leaves nothing half-written; an existing output is replaced only 
 """
 
 import functools
-import gzip
 import json
 import os
 import random
@@ -14,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import cmlm_tf
-from cmlm_tf.scale import embed, embedding_files
+from cmlm_tf.scale import embed, embedding_files, pipeline_progress
 from tests.conftest import REPO_DIR, TINY_WORDS, cosines
 
 WORKERS = ["--direct_num_workers=2"]
@@ -156,7 +155,7 @@ def test_a_failing_worker_leaves_nothing_and_a_rerun_completes(tmp_path, tiny_ex
     job = config(tmp_path / "corpus", tmp_path / "out", tiny_export)
     try:
         embed.run(job, WORKERS, report=lambda line: None, encode_dofn=failing)
-    except embed.PipelineFailed as error:
+    except pipeline_progress.PipelineFailed as error:
         # The DirectRunner's engine does not retry a failed bundle: the run fails, in one line.
         assert "injected fault" in str(error) and "\n" not in str(error)
         assert sorted(os.listdir(tmp_path)) == ["corpus", "fault"]
@@ -194,32 +193,3 @@ def test_an_existing_output_is_replaced_only_with_overwrite(first_run, tmp_path,
         "lines_read": 4, "embedded": 2, "empty": 1, "invalid_utf8": 0, "missing_column": 1,
         "over_long": 0}
 
-
-def test_count_lines_and_progress_files(tmp_path):
-    (tmp_path / "a.txt").write_bytes(b"1\n2\n3\n")
-    (tmp_path / "b.txt").write_bytes(b"1\nno newline at the end")
-    (tmp_path / "c.txt").write_bytes(b"")
-    paths = embed.match_inputs([str(tmp_path / "*.txt"), str(tmp_path / "a.txt")])
-    assert sorted(paths) == [str(tmp_path / name) for name in ("a.txt", "b.txt", "c.txt")]
-    assert embed.count_lines(paths, chunk_bytes=2) == 5
-    (tmp_path / "d.txt.gz").write_bytes(gzip.compress(b"1\n2\n"))  # counted as read: unzipped
-    assert embed.count_lines([str(tmp_path / "d.txt.gz")]) == 2
-    (tmp_path / "progress").mkdir()
-    clock = iter([0.0, 1.0, 3.0, 3.5]).__next__
-    progress = embed.ProgressFile(str(tmp_path / "progress"), every=2.0, clock=clock)
-    progress.add(10)
-    assert embed.read_progress(str(tmp_path / "progress")) == 0  # 1 s: not written yet
-    progress.add(5)
-    assert embed.read_progress(str(tmp_path / "progress")) == 15
-    (tmp_path / "progress" / "other.txt").write_text("7\n")
-    (tmp_path / "progress" / "half.txt.tmp").write_text("100")
-    assert embed.read_progress(str(tmp_path / "progress")) == 22
-    assert embed.format_progress(30, 150, 10.0) == "embedded 30 of ~150 lines (3 lines/s, ETA 0:40)"
-    assert embed.format_progress(0, 150, 10.0).endswith("(0 lines/s, ETA unknown)")
-
-
-def test_failure_line_finds_the_workers_error():
-    error = RuntimeError("Pipeline job failed:\nTraceback (most recent call last):\n  File "
-                         "\"x.py\", line 1\nValueError: bad row [while running 'Encode']\n")
-    assert embed.failure_line(error) == "ValueError: bad row [while running 'Encode']"
-    assert embed.failure_line(RuntimeError("")) == "RuntimeError"

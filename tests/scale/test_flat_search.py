@@ -9,10 +9,11 @@ import pytest
 
 from cmlm_tf.evaluation import knn, mining
 from cmlm_tf.scale import flat_search
+from cmlm_tf.vectors import unit_rows
 
 
 def _unit(rng, n, dim=32):
-    return knn.normalize(rng.standard_normal((n, dim)).astype(np.float32))
+    return unit_rows(rng.standard_normal((n, dim)).astype(np.float32))
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def vectors():
     # Sizes that are not whole chunks; targets close to some sources, as translations are.
     src = _unit(rng, 1203)
     tgt = _unit(rng, 1001)
-    tgt[:400] = knn.normalize(src[:400] + 0.5 * _unit(rng, 400))
+    tgt[:400] = unit_rows(src[:400] + 0.5 * _unit(rng, 400))
     return src, tgt
 
 
@@ -103,11 +104,11 @@ def test_bad_inputs_are_refused_before_any_product():
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
-    monkeypatch.setattr(flat_search.inference, "native_bfloat16", lambda: True)
+    monkeypatch.setattr(flat_search.host, "native_bfloat16", lambda: True)
     assert flat_search.compute_dtype() == "bfloat16"
-    monkeypatch.setattr(flat_search.inference, "native_bfloat16", lambda: False)
+    monkeypatch.setattr(flat_search.host, "native_bfloat16", lambda: False)
     assert flat_search.compute_dtype() == "float32"
-    monkeypatch.setattr(flat_search.inference, "native_bfloat16", lambda: None)
+    monkeypatch.setattr(flat_search.host, "native_bfloat16", lambda: None)
     assert flat_search.compute_dtype() == "float32"
 
 

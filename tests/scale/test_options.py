@@ -5,12 +5,12 @@ import pytest
 
 pytest.importorskip("apache_beam", reason="the scale extra (pip install -e '.[scale]')")
 
-from cmlm_tf import cli  # noqa: E402
+from cmlm_tf.commands import common  # noqa: E402
 from cmlm_tf.scale import options as beam_options  # noqa: E402
 
 
 def _parser():
-    parser = cli.ArgumentParser(prog="cmd")
+    parser = common.ArgumentParser(prog="cmd")
     parser.add_argument("--output", required=True)
     parser.add_argument("--k", type=int, default=4)
     return parser

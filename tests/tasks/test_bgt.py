@@ -29,7 +29,7 @@ TINY_OVERRIDES = {
 @pytest.fixture(scope="module")
 def tiny_bgt_run(tmp_path_factory):
     """`cmlm_tf/bgt` trained through the driver for 80 steps on 300 bundled pairs."""
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     folder = tmp_path_factory.mktemp("bgt")
     pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
@@ -103,7 +103,7 @@ def test_building_the_task_learns_and_writes_nothing(tmp_path):
 def test_a_resumed_run_reuses_its_sentencepiece_model(tmp_path, tiny_sp_model):
     import shutil
 
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -1,18 +1,15 @@
-"""MLM + TLM pre-training: the recipes, the staged script, the baseline."""
+"""MLM + TLM pre-training: the recipes, the baseline. (The staged script:
+tests/driver/test_train_mlm_tlm.py.)"""
 
-import os
-import subprocess
 
-import numpy as np
-import tensorflow as tf
 
-from cmlm_tf import configs
+from cmlm_tf import config_files
 from cmlm_tf.data import mlm_tlm
-from tests.conftest import REPO_DIR, subprocess_env
+from tests.conftest import REPO_DIR
 
 
 def test_recipes_load():
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     recipe = str(REPO_DIR / "configs/labse_pretrain_base.yaml")
     base = train.build_params("cmlm_tf/mlm_tlm", [recipe])
@@ -22,29 +19,6 @@ def test_recipes_load():
     assert base.task.model.tokenizer.lower_case is False
     tiny = train.build_params("cmlm_tf/mlm_tlm", [str(REPO_DIR / "configs/mlm_tlm_tiny.yaml")])
     assert tiny.task.bitext_data.input_path.endswith("bible_en_es.tsv")
-
-
-def test_tiny_labse_script_runs_three_stages_and_exports(tmp_path):
-    import cmlm_tf
-
-    env = dict(subprocess_env(), PYTHON=str(__import__("sys").executable), STAGE_STEPS="2 2 2",
-               BITEXT_STEPS="2", EXTRA_OVERRIDES=",".join([
-                   "task.model.encoder.hidden_size=32",
-                   "task.model.encoder.num_attention_heads=2",
-                   "task.model.encoder.intermediate_size=64",
-                   "task.train_data.global_batch_size=8", "trainer.steps_per_loop=2",
-                   "trainer.summary_interval=2", "trainer.validation_steps=1"]))
-    work = tmp_path / "labse"
-    result = subprocess.run(["bash", "configs/labse_tiny.sh", str(work)], cwd=REPO_DIR,
-                            capture_output=True, text=True, env=env, timeout=3600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Stacked 1 layers" in result.stderr and "Stacked 2 layers" in result.stderr
-    assert "Warm-started from" in result.stderr
-    for stage in ("stage1", "stage2", "stage3", "bitext"):
-        assert tf.train.latest_checkpoint(str(work / stage)).endswith("ckpt-2"), stage
-    model = cmlm_tf.load(os.fspath(work / "export"))
-    vectors = model.encode(["In the beginning was the Word.", "En el principio era el Verbo."])
-    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
 
 
 def test_frequency_baseline_counts_masked_labels_per_stream(capsys):
@@ -66,7 +40,7 @@ def test_frequency_baseline_counts_masked_labels_per_stream(capsys):
     # Counts are taken over masked positions with weight 1 only, split by stream.
     from official.core import exp_factory
 
-    params = configs.load_experiment_config(recipe, overrides.format(1.0),
+    params = config_files.load_experiment_config(recipe, overrides.format(1.0),
                                         base=exp_factory.get_exp_config("cmlm_tf/mlm_tlm"))
     counts = baseline.frequency_baseline(params, 2)
     assert not counts["mlm"]

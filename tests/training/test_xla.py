@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf.training import lean_layers, steps
+from cmlm_tf.training import op_census, recompute, steps
 from tests.conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
@@ -98,7 +98,7 @@ BFLOAT16_OVERRIDES = {"bgt": ",task.bgt.reconstruction=false"}
 
 
 def case_params(case, files, extra=""):
-    from cmlm_tf import train
+    from cmlm_tf.commands import train
 
     experiment, recipes, overrides = CASES[case]
     return train.build_params(experiment, [str(REPO_DIR / "configs" / f) for f in recipes],
@@ -186,7 +186,7 @@ def test_train_and_validation_steps_compile_with_xla(case, policy, case_batches)
     # No serial loop on an accelerator: no `sort` (the `tf.unique` of a sparse embedding
     # gradient lowers to sorts and a loop over every token id), and no `while` but the
     # cached step's two passes over its chunks (unrolled where there are few).
-    census = steps.op_census(train_step.experimental_get_compiler_ir(train_batch)(stage="hlo"))
+    census = op_census.op_census(train_step.experimental_get_compiler_ir(train_batch)(stage="hlo"))
     passes = 2 if "cached" in case else 0
     assert census["sort"] == 0 and census["while"] <= passes, census
 
@@ -336,19 +336,19 @@ def test_lean_step_gives_the_plain_update(case_batches):
                 layer._dropout = 0.0
         optimizer = tf_keras.optimizers.AdamW(learning_rate=1e-2, weight_decay=0.01)
         optimizer.build(model.trainable_variables)
-        dense_gradient, make_lean = steps.dense_gradient, lean_layers.make_lean
+        dense_gradient, make_lean = steps.dense_gradient, recompute.make_lean
         if not now:
             steps.dense_gradient = lambda grad: grad
-            lean_layers.make_lean = lambda model: 0
+            recompute.make_lean = lambda model: 0
         try:
             step = tf.function(lambda x: task.train_step(x, model, optimizer, None),
                                jit_compile=True)
             loss = float(step(train_batch)[task.loss])
             hlo = step.experimental_get_compiler_ir(train_batch)(stage="hlo")
             # (sorts, recomputations: each lean layer ties its second run with a barrier)
-            sorts = steps.op_census(hlo)["sort"], hlo.count(" opt-barrier(")
+            sorts = op_census.op_census(hlo)["sort"], hlo.count(" opt-barrier(")
         finally:
-            steps.dense_gradient, lean_layers.make_lean = dense_gradient, make_lean
+            steps.dense_gradient, recompute.make_lean = dense_gradient, make_lean
         return loss, sorts, [v.numpy() for v in model.trainable_variables]
 
     lean_loss, lean_sorts, lean_weights = one_step(now=True)
@@ -361,30 +361,3 @@ def test_lean_step_gives_the_plain_update(case_batches):
     for lean, plain in zip(lean_weights, plain_weights):
         np.testing.assert_allclose(lean, plain, rtol=1e-5, atol=1e-7)
 
-
-def test_train_step_is_compiled_once_on_gpus():
-    """With `runtime.enable_xla` and GPUs, Model Garden's trainer wraps the train step in
-    `jit_compile` itself: the driver then compiles only the validation step, so the train
-    step is not wrapped twice. Without GPUs the driver compiles both."""
-    import inspect
-
-    from official.core import base_trainer, config_definitions
-
-    source = inspect.getsource(base_trainer.Trainer.train_step)
-    assert "enable_xla" in source and "num_gpus > 0" in source and "jit_compile=True" in source
-
-    class Steps:
-        def train_step(self, inputs, model, optimizer, metrics=None):
-            return {}
-
-        def validation_step(self, inputs, model, metrics=None):
-            return {}
-
-    for num_gpus, train_compiled in ((1, False), (0, True)):
-        task = Steps()
-        runtime = config_definitions.RuntimeConfig(enable_xla=True, num_gpus=num_gpus)
-        steps.compile_steps(task, runtime)
-        assert steps.trainer_compiles_train_step(runtime) is not train_compiled
-        assert isinstance(task.train_step, tf.types.experimental.GenericFunction) \
-            is train_compiled, num_gpus
-        assert isinstance(task.validation_step, tf.types.experimental.GenericFunction)

@@ -1,0 +1,92 @@
+r"""Command line of the exporter.
+
+    python -m cmlm_tf.export --export_dir OUT \
+        (--model_dir DIR [--checkpoint CKPT] [--encoder_key encoder] | --hf_dir DIR) \
+        [--seq_length N] [--tflite] [--classic_wordpiece] [--overwrite]
+
+`--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
+`cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
+`--import_dir`) imports a Hugging Face / sentence-transformers folder, a TF Hub BERT encoder or
+a BERT checkpoint on the fly. Arguments are checked before TensorFlow is imported.
+"""
+
+import argparse
+import os
+import sys
+
+# Standard library only at import time: errors in the arguments come before TensorFlow.
+from cmlm_tf.export import export_lib, source
+
+
+def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentParser:
+    from cmlm_tf.commands import common
+
+    parser = common.ArgumentParser(
+        prog=prog,
+        description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels, "
+                    "a TF Serving model and, with --tflite, TFLite models.")
+    parser.add_argument("--export_dir", required=True, help="folder to write")
+    parser.add_argument("--model_dir",
+                        help="training run or convert_hf_bert output folder")
+    parser.add_argument("--checkpoint", help="checkpoint prefix (default: the latest)")
+    parser.add_argument("--encoder_key", default="encoder",
+                        help="checkpoint item holding the encoder (e.g. target_encoder)")
+    parser.add_argument("--hf_dir", "--import_dir", dest="hf_dir",
+                        help="model to import and export: a Hugging Face / "
+                             "sentence-transformers folder, a TF Hub BERT encoder or a BERT "
+                             "checkpoint folder (cmlm_tf.import_model)")
+    parser.add_argument("--seq_length", type=int, default=None,
+                        help="default: the HF folder's max_seq_length, else the training "
+                             f"run's seq_length, else {source.DEFAULT_SEQ_LENGTH}")
+    parser.add_argument("--tflite", action="store_true",
+                        help="also write OUT/tflite/ (float32 and dynamic-range int8)")
+    parser.add_argument("--classic_wordpiece", action="store_true",
+                        help="serving/1 tokenizes WordPiece with the classic TF-Text ops "
+                             "(TF Serving 2.2-2.11) instead of the fast ones (2.12+)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    return parser
+
+
+def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if bool(args.model_dir) == bool(args.hf_dir):
+        parser.error("pass exactly one of --model_dir and --hf_dir")
+    from cmlm_tf import progress
+    from cmlm_tf.commands import common
+
+    common.check_input_paths(parser, {"--model_dir": args.model_dir,
+                                   "--hf_dir/--import_dir": args.hf_dir})
+    if args.seq_length is not None and args.seq_length < 3:
+        parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
+
+    def body():
+        # Said at once (the export itself takes seconds to minutes, and ends with its path).
+        print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
+        stage = progress.Stages("export")  # its timer runs from here: TensorFlow loads slowly
+        stage("starting TensorFlow")
+        try:
+            if args.model_dir and args.overwrite and os.path.isdir(args.export_dir):
+                options = export_lib.export_options(args.seq_length, args.tflite,
+                                                    args.classic_wordpiece, args.encoder_key)
+                current = export_lib.up_to_date(args.export_dir, args.model_dir,
+                                                args.checkpoint, options)
+                if current is not None:
+                    print(f"{args.export_dir} is up to date with {current} of "
+                          f"{args.model_dir}: nothing to export (remove it, or change a "
+                          "flag, to export again)")
+                    return
+            path = export_lib.export(args.export_dir, model_dir=args.model_dir,
+                                     checkpoint=args.checkpoint, encoder_key=args.encoder_key,
+                                     hf_dir=args.hf_dir, seq_length=args.seq_length,
+                                     overwrite=args.overwrite, tflite=args.tflite,
+                                     classic_wordpiece=args.classic_wordpiece, stage=stage)
+        finally:
+            stage.done()
+        print(f"exported to {path}")
+
+    return common.run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

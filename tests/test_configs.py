@@ -1,0 +1,55 @@
+"""The config schema: checks that name the field at fault, and the experiments' recipes."""
+
+import pytest
+
+from cmlm_tf import configs
+
+
+@pytest.mark.parametrize("encoder,tokenizer,field", [
+    ({"hidden_size": 30, "num_attention_heads": 4}, {}, "task.model.encoder.hidden_size"),
+    ({"num_layers": 0}, {}, "task.model.encoder.num_layers must be positive"),
+    ({"pooling": "sum"}, {}, "task.model.encoder.pooling must be one of"),
+    ({"projection_activation": "gelu"}, {}, "task.model.encoder.projection_activation"),
+    ({"layer_norm_epsilon": 0.0}, {}, "task.model.encoder.layer_norm_epsilon"),
+    ({}, {"type": "bpe"}, "task.model.tokenizer.type must be one of"),
+])
+def test_model_config_errors_name_the_field(encoder, tokenizer, field):
+    model = configs.SentenceModelConfig(encoder=configs.EncoderConfig(**encoder),
+                                        tokenizer=configs.TokenizerConfig(**tokenizer))
+    with pytest.raises(ValueError, match=field):
+        configs.validate_model_config(model)
+
+
+def test_the_default_model_config_is_valid():
+    configs.validate_model_config(configs.SentenceModelConfig())
+
+
+def test_run_config_refuses_a_run_that_trains_nothing():
+    params = configs.experiment(configs.SentenceTaskConfig(), configs.lamb_optimizer(),
+                                train_steps=0)
+    with pytest.raises(ValueError, match="trainer.train_steps must be at least 1, got 0"):
+        configs.validate_run_config(params)
+    params.trainer.train_steps = 10
+    configs.validate_run_config(params)
+
+
+def test_experiment_puts_trainer_fields_over_the_loop():
+    params = configs.experiment(configs.SentenceTaskConfig(), configs.adamw_optimizer(1e-4, 10),
+                                train_steps=100, loop=configs.PRETRAINING_LOOP,
+                                checkpoint_interval=7)
+    assert params.trainer.train_steps == 100
+    assert params.trainer.checkpoint_interval == 7
+    assert params.trainer.steps_per_loop == configs.PRETRAINING_LOOP["steps_per_loop"]
+    assert params.trainer.optimizer_config.optimizer.type == "adamw"
+
+
+def test_optimizer_recipes():
+    lamb = configs.lamb_optimizer()
+    assert lamb.optimizer.type == "lamb"
+    assert lamb.learning_rate.polynomial.initial_learning_rate == 1e-3
+    assert lamb.learning_rate.polynomial.decay_steps == 0  # follows trainer.train_steps
+    assert lamb.warmup.linear.warmup_steps == 10000
+    inverse_sqrt = configs.adam_inverse_sqrt(1e-3, 400)
+    # learning_rate * sqrt(warmup / step) is the learning rate at the end of the warm-up.
+    schedule = inverse_sqrt.learning_rate.power
+    assert schedule.initial_learning_rate * 400 ** schedule.power == pytest.approx(1e-3)
