@@ -25,8 +25,10 @@ def test_the_index_follows_the_candidate_pairs(monkeypatch):
     assert corpus_mining.choose_index("auto", side, side, "faiss") == "exact"
     assert corpus_mining.choose_index("auto", side + 1, side, "faiss") == "flat"
     assert corpus_mining.choose_index("ann", 10, 10, "faiss") == "ann"
-    # Without the index library, large inputs stay on the flat product.
+    assert corpus_mining.choose_index("flat", 10, 10, "faiss") == "flat"
     big = int(corpus_mining.ANN_ABOVE ** 0.5) + 1
+    assert corpus_mining.choose_index("auto", big, big, "faiss") == "ann"
+    # Without the index library, large inputs stay on the flat product.
     monkeypatch.setitem(sys.modules, "faiss", None)
     assert corpus_mining.choose_index("auto", big, big, "faiss") == "flat"
 

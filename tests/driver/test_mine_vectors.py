@@ -108,15 +108,3 @@ def test_a_source_file_changed_after_embedding_is_refused(capsys, tmp_path, tiny
                                "--output", str(tmp_path / "p.tsv")])
     assert code == 2
     assert "src.txt: has no line" in err and "changed after it was embedded" in err
-
-
-def test_auto_index_grows_from_exact_to_flat_to_an_index(monkeypatch):
-    side = int(mine.FLAT_ABOVE ** 0.5)
-    assert mine.choose_index("auto", side, side, "faiss") == "exact"
-    assert mine.choose_index("auto", side + 1, side, "faiss") == "flat"
-    big = int(mine.ANN_ABOVE ** 0.5) + 1
-    assert mine.choose_index("auto", big, big, "faiss") == "ann"
-    assert mine.choose_index("flat", 10, 10, "faiss") == "flat"
-    # Without the index library, large inputs stay on the flat product.
-    monkeypatch.setitem(__import__("sys").modules, "faiss", None)
-    assert mine.choose_index("auto", big, big, "faiss") == "flat"
