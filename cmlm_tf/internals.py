@@ -14,7 +14,7 @@ import functools
 import importlib
 import inspect
 import textwrap
-from typing import List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Tuple
 
 import tensorflow as tf
 from official.core import train_lib
@@ -68,6 +68,12 @@ USED = (
              ("_embedding_projection", "_transformer_layers", "_embedding_layer",
               "_position_embedding_layer", "_type_embedding_layer", "_embedding_norm_layer"),
              "bert_encoder_parts (serving_forward: the inference forward)"),
+    Internal("tensorflow.python.grappler.tf_optimizer", "", ("OptimizeGraph",),
+             "optimized_op_counts (tests/export/test_serving_forward.py: the fused ops of the "
+             "inference forward)"),
+    Internal("tensorflow.python.framework.convert_to_constants", "",
+             ("convert_variables_to_constants_v2",),
+             "optimized_op_counts (the forward's variables frozen, as grappler folds them)"),
     Internal("official.nlp.modeling.layers.position_embedding", "PositionEmbedding",
              ("_position_embeddings",),
              "bert_encoder_parts (serving_forward: the inference forward)"),
@@ -326,3 +332,36 @@ def bert_encoder_parts(encoder) -> BertEncoderParts:
                             encoder._position_embedding_layer._position_embeddings,
                             encoder._type_embedding_layer, encoder._embedding_norm_layer,
                             encoder._embedding_projection, encoder._transformer_layers)
+
+
+# Grappler, run as TensorFlow's CPU runtime runs it on a function.
+
+_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def optimized_op_counts(concrete_function) -> Dict[str, int]:
+    """How many ops of each type grappler leaves in `concrete_function`'s graph, optimized
+    the way the CPU runtime optimizes a function it runs: variables frozen to constants,
+    every node placed on the CPU (grappler's remapper fuses only placed nodes), the default
+    optimizers. A fused op is keyed with its fused operations, for example
+    `_FusedMatMul[BiasAdd,GeluExact]`. oneDNN's layout rewrite (`_Mkl*` ops) runs later, at
+    graph execution, and is not part of these counts."""
+    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+    from tensorflow.python.framework import convert_to_constants
+    from tensorflow.python.grappler import tf_optimizer
+
+    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete_function)
+    graph_def = frozen.graph.as_graph_def()
+    for node in graph_def.node:
+        node.device = _CPU
+    meta_graph = tf.compat.v1.train.export_meta_graph(graph_def=graph_def, graph=frozen.graph)
+    fetches = meta_graph_pb2.CollectionDef()
+    fetches.node_list.value.extend(tensor.name for tensor in frozen.outputs)
+    meta_graph.collection_def["train_op"].CopyFrom(fetches)
+    counts: Dict[str, int] = {}
+    for node in tf_optimizer.OptimizeGraph(config_pb2.ConfigProto(), meta_graph).node:
+        key = node.op
+        if "fused_ops" in node.attr:
+            key += "[" + ",".join(op.decode() for op in node.attr["fused_ops"].list.s) + "]"
+        counts[key] = counts.get(key, 0) + 1
+    return counts

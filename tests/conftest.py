@@ -211,7 +211,8 @@ def minilm_export(tmp_path_factory, minilm_hf_dir):
     from cmlm_tf.export import export_lib
 
     export_dir = tmp_path_factory.mktemp("exports") / "minilm"
-    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir), tflite=True)
+    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir), tflite=True, bf16=True,
+                      int8=True)
     return export_dir
 
 

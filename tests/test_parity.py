@@ -130,3 +130,8 @@ def test_stsb_dev_spearman_of_every_path_in_fresh_process(minilm_export):
         assert abs(spearman[path] - STSB_DEV_SPEARMAN) <= 0.0005, spearman
     # Dynamic-range int8 weights cost at most 0.01 of Spearman.
     assert abs(spearman["tflite_int8"] - STSB_DEV_SPEARMAN) <= 0.01, spearman
+    # The other precisions' serving models, and encode() on the same graphs: bfloat16 within
+    # 0.002 of float32, int8 within 0.005.
+    for precision, allowed in (("bfloat16", 0.002), ("int8", 0.005)):
+        for path in (f"serving_{precision}", f"encode_{precision}"):
+            assert abs(spearman[path] - spearman["serving_default"]) <= allowed, spearman

@@ -2,7 +2,7 @@ r"""Command line of the exporter.
 
     python -m cmlm_tf.export --export_dir OUT \
         (--model_dir DIR [--checkpoint CKPT] [--encoder_key encoder] | --hf_dir DIR) \
-        [--seq_length N] [--tflite] [--classic_wordpiece] [--overwrite]
+        [--seq_length N] [--tflite] [--bf16] [--int8] [--classic_wordpiece] [--overwrite]
 
 `--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
 `cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
@@ -40,6 +40,12 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
                              f"run's seq_length, else {source.DEFAULT_SEQ_LENGTH}")
     parser.add_argument("--tflite", action="store_true",
                         help="also write OUT/tflite/ (float32 and dynamic-range int8)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also write OUT/serving_bf16/1: the TF Serving model with "
+                             "bfloat16 matmuls and activations (AMX, AVX512-BF16 CPUs)")
+    parser.add_argument("--int8", action="store_true",
+                        help="also write OUT/serving_int8/1: the TF Serving model with int8 "
+                             "matmuls (oneDNN: AVX512-VNNI, AMX)")
     parser.add_argument("--classic_wordpiece", action="store_true",
                         help="serving/1 tokenizes WordPiece with the classic TF-Text ops "
                              "(TF Serving 2.2-2.11) instead of the fast ones (2.12+)")
@@ -68,7 +74,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         try:
             if args.model_dir and args.overwrite and os.path.isdir(args.export_dir):
                 options = export_lib.export_options(args.seq_length, args.tflite,
-                                                    args.classic_wordpiece, args.encoder_key)
+                                                    args.classic_wordpiece, args.encoder_key,
+                                                    args.bf16, args.int8)
                 current = export_lib.up_to_date(args.export_dir, args.model_dir,
                                                 args.checkpoint, options)
                 if current is not None:
@@ -80,7 +87,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
                                      checkpoint=args.checkpoint, encoder_key=args.encoder_key,
                                      hf_dir=args.hf_dir, seq_length=args.seq_length,
                                      overwrite=args.overwrite, tflite=args.tflite,
-                                     classic_wordpiece=args.classic_wordpiece, stage=stage)
+                                     classic_wordpiece=args.classic_wordpiece, bf16=args.bf16,
+                                     int8=args.int8, stage=stage)
         finally:
             stage.done()
         print(f"exported to {path}")

@@ -8,6 +8,8 @@ atomically (to a sibling folder, then renamed):
 - `OUT/serving/1/`: TF Serving model (`cmlm_tf.export.serving.ServingModule`): the
   inference forward built from the encoder, with signatures `serving_default`
   (`sentences` -> `embeddings`) and `from_token_ids`;
+- `OUT/serving_bf16/1/` with `bf16=True`, `OUT/serving_int8/1/` with `int8=True`: the same
+  model and signatures running the bfloat16 or int8 forward;
 - `OUT/tflite/` with `tflite=True` (`cmlm_tf.export.tflite`);
 - `OUT/README.md` (model card) and `OUT/cmlm_tf_export.json` (read by `cmlm_tf.load`).
 
@@ -25,12 +27,11 @@ from typing import Optional
 
 from cmlm_tf.export import snapshot, staging
 from cmlm_tf.export import source as source_lib
-from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE
+from cmlm_tf.export.forward_checks import check_forward, check_precision
+from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE, SERVING_FOLDERS
 
 SAVED_MODELS = ("preprocessor", "encoder", os.path.join("serving", "1"))
-# The inference forward must reproduce the Keras encoder's pooled output within this, or
-# the export stops (a layout the forward does not read correctly).
-FORWARD_TOLERANCE = 1e-4
+
 
 
 def saved_model_ops(saved_model_dir: str) -> set:
@@ -60,10 +61,19 @@ def custom_ops(saved_model_dir: str) -> list:
 
 
 def export_options(seq_length: Optional[int], tflite: bool, classic_wordpiece: bool,
-                   encoder_key: str) -> dict:
+                   encoder_key: str, bf16: bool = False, int8: bool = False) -> dict:
     """The export's flags as its metadata records them (`options`)."""
     return {"seq_length": seq_length, "tflite": bool(tflite),
-            "classic_wordpiece": bool(classic_wordpiece), "encoder_key": encoder_key}
+            "classic_wordpiece": bool(classic_wordpiece), "encoder_key": encoder_key,
+            "bf16": bool(bf16), "int8": bool(int8)}
+
+
+def precision_folders(bf16: bool, int8: bool) -> dict:
+    """precision -> the serving model folder (relative, `/`-separated) an export with these
+    flags writes."""
+    wanted = {"float32": True, "bfloat16": bf16, "int8": int8}
+    return {precision: f"{SERVING_FOLDERS[precision]}/1"
+            for precision, on in wanted.items() if on}
 
 
 def up_to_date(export_dir: str, model_dir: str, checkpoint: Optional[str],
@@ -84,7 +94,8 @@ def up_to_date(export_dir: str, model_dir: str, checkpoint: Optional[str],
             and meta.get("cmlm_tf_version") == cmlm_tf.__version__
             and meta.get("encoder") == source.model.encoder.as_dict()
             and all(os.path.isfile(os.path.join(export_dir, name, "saved_model.pb"))
-                    for name in SAVED_MODELS)
+                    for name in SAVED_MODELS + tuple(precision_folders(
+                       options["bf16"], options["int8"]).values()))
             and (meta.get("source") or {}).get("checkpoint_sha256")
             == snapshot.checkpoint_sha256(source.checkpoint))
     return os.path.basename(source.checkpoint) if same else None
@@ -136,25 +147,31 @@ class _no_compiled_metrics_warning:
         tf.get_logger().removeFilter(self.filter)
 
 
-_PROBE_TEXTS = ["A man is playing a guitar.", "", "Un hombre toca la guitarra en la calle.",
-                "hello world " * 40]
-
-
-def check_forward(encoder, module) -> float:
-    """Largest |forward - encoder| pooled difference on probe texts, relative to the
-    encoder's largest value; raises if above `FORWARD_TOLERANCE`."""
-    import numpy as np
+def _save_precision_models(encoder, reference, folders: dict, staged: str, export_dir: str,
+                           stage) -> dict:
+    """Writes the serving model of each precision in `folders` but float32 (`serving/1`,
+    `reference`, already written); returns the metadata of each: its folder and lowest
+    probe cosine to float32."""
     import tensorflow as tf
 
-    tokens = module.tokenize(tf.constant(_PROBE_TEXTS))
-    expected = encoder(tokens, training=False)["pooled_output"].numpy()
-    actual = module.pooled_float32(**tokens).numpy()
-    error = float(np.abs(actual - expected).max() / max(np.abs(expected).max(), 1e-6))
-    if not error <= FORWARD_TOLERANCE:
-        raise RuntimeError(f"the inference forward differs from the encoder by {error:.2e} "
-                           f"(relative; at most {FORWARD_TOLERANCE} allowed): this encoder "
-                           "layout is not one cmlm_tf.export.serving_forward reads")
-    return error
+    from cmlm_tf.export import serving, serving_forward
+
+    written = {}
+    for precision, folder in folders.items():
+        if precision == "float32":
+            continue
+        forward = serving_forward.InferenceForward(encoder, precisions=(precision,))
+        rows = serving_forward.PRECISION_BUCKET_ROWS.get(precision, reference.bucket_rows)
+        module = serving.ServingModule(forward, reference.tokenizer, reference.seq_length,
+                                       bucket_rows=rows, precision=precision)
+        cosine = check_precision(reference, module)
+        stage(f"saving the {precision} serving model {folder}")
+        with staging.writing(export_dir, folder):
+            tf.saved_model.save(module, os.path.join(staged, *folder.split("/")),
+                                signatures=module.signatures())
+        written[precision] = {"folder": folder, "bucket_rows": rows,
+                              "min_probe_cosine_to_float32": cosine}
+    return written
 
 
 def _read_checkpoint(model_dir: Optional[str], checkpoint: Optional[str],
@@ -258,7 +275,7 @@ def _metadata(source: source_lib.ExportSource, checkpoint_hash: str, encoder, mo
         "precisions": list(module.forward.precisions),
         "forward_max_relative_error": forward_error,
         "custom_ops": {name.split(os.sep)[0]: custom_ops(os.path.join(staged, name))
-                       for name in SAVED_MODELS},
+                       for name in SAVED_MODELS},  # the other precisions' are serving/1's
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"),
     }
@@ -279,7 +296,8 @@ def _write_metadata_and_card(meta: dict, staged: str, export_dir: str) -> None:
 def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
            encoder_key: str = "encoder", hf_dir: Optional[str] = None,
            seq_length: Optional[int] = None, overwrite: bool = False,
-           tflite: bool = False, classic_wordpiece: bool = False, stage=None) -> str:
+           tflite: bool = False, classic_wordpiece: bool = False, bf16: bool = False,
+           int8: bool = False, stage=None) -> str:
     """Writes the SavedModels, the model card and the metadata; returns `export_dir`.
 
     `stage`: the `progress.Stages` that reports the export's progress (the command's, started
@@ -287,7 +305,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
 
     With `tflite`, also `OUT/tflite/` (`cmlm_tf.export.tflite.write_tflite`). With
     `classic_wordpiece`, WordPiece `serving/1` tokenizes with the classic TF-Text ops, which
-    TF Serving releases 2.2-2.11 link, instead of the fast ones (2.12 and later).
+    TF Serving releases 2.2-2.11 link, instead of the fast ones (2.12 and later). With
+    `bf16` / `int8`, also `OUT/serving_bf16/1/` / `OUT/serving_int8/1/`.
     """
     import tensorflow as tf
 
@@ -304,7 +323,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         stage("reading the checkpoint")
         source, original, checkpoint_hash = _read_checkpoint(model_dir, checkpoint, hf_dir,
                                                              work)
-        options = export_options(seq_length, tflite, classic_wordpiece, encoder_key)
+        options = export_options(seq_length, tflite, classic_wordpiece, encoder_key, bf16,
+                                 int8)
         seq_length = _checked_seq_length(seq_length, source)
         tokenizer, implementation, vocab_size = _build_tokenizer(
             source.model, classic_wordpiece, export_dir, work)
@@ -323,6 +343,8 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         meta = _metadata(source, checkpoint_hash, encoder, module,
                          {"seq_length": seq_length, "vocab_size": vocab_size,
                           "implementation": implementation}, options, forward_error, staged)
+        meta["serving_models"] = {"float32": {"folder": "serving/1"}, **_save_precision_models(
+            encoder, module, precision_folders(bf16, int8), staged, export_dir, stage)}
         if tflite:
             from cmlm_tf.export import tflite as tflite_lib
 

@@ -105,6 +105,11 @@ def _contents(meta: dict) -> str:
             f"| `tflite/{entry['file']}` | TFLite ({entry['quantization']}): "
             f"{entry['inputs']} -> `embeddings` | {', '.join(entry['custom_ops']) or 'none'} |\n"
             for entry in meta["tflite"]["models"])
+    variants = "".join(
+        f"| `{entry['folder']}/` | the same TF Serving model in {precision} (a model server "
+        f"switches by model name) | {op_list('serving')} |\n"
+        for precision, entry in (meta.get("serving_models") or {}).items()
+        if precision != "float32")
     return f"""## Contents and the ops each model needs
 
 | path | what | custom ops (`import tensorflow_text` first) |
@@ -116,7 +121,7 @@ def _contents(meta: dict) -> str:
 | `serving/1/` | TF Serving: `serving_default` (`sentences` -> `embeddings`), \
 `from_token_ids` (`input_word_ids`, `input_mask`, `input_type_ids` -> `embeddings`) | \
 {op_list("serving")} |
-{tflite}
+{variants}{tflite}
 """
 
 

@@ -1,4 +1,5 @@
-"""The TF Serving model (`OUT/serving/1`): strings or token ids to sentence embeddings.
+"""The TF Serving models (`OUT/serving/1`, and `serving_bf16/1`, `serving_int8/1` where the
+export wrote them): strings or token ids to sentence embeddings.
 
 One module holds the tokenizer and the `InferenceForward` built from the trained encoder.
 Its signatures are what TF Serving, `TFSMLayer` and `tf.saved_model.load` users call, its
@@ -17,9 +18,14 @@ process on a scalar string (TF Serving's columnar request with a bare string sen
 string input of another shape than [batch], token ids of another rank than 2, token-id inputs
 of different shapes, ids outside the vocabulary and sequences longer than the position
 embeddings raise `InvalidArgumentError` naming the input.
+
+A module has one `precision`, the one its signatures and root call run: `serving/1` runs
+float32 (and keeps bfloat16 functions for `cmlm_tf.load`), `serving_bf16/1` bfloat16 and
+`serving_int8/1` int8, with the same signatures, so a TF Serving user switches precision by
+model name.
 """
 
-from typing import Dict
+from typing import Dict, Optional
 
 import tensorflow as tf
 
@@ -62,24 +68,28 @@ class ServingModule(tf.Module):
             [batch, seq] -> `embeddings`.
 
     Both signatures and the root call run the request in length buckets of `bucket_rows`
-    rows (`InferenceForward.in_length_buckets`).
+    rows (`InferenceForward.in_length_buckets`), in `precision` (one of the forward's).
 
     Functions for `cmlm_tf.load()`:
         tokenize: strings [batch] -> dict of int32 [batch, longest] token ids.
-        pooled_float32, pooled_bfloat16: token ids -> float32 [batch, dim], not normalised;
-            the whole batch in one forward (one shape per call: what XLA compiles).
-        bucketed_float32, bucketed_bfloat16: the same in length buckets, as the signatures
-            run it.
+        pooled_PRECISION (one per precision of the forward: `pooled_float32`, ...): token ids
+            -> float32 [batch, dim], not normalised; the whole batch in one forward (one
+            shape per call: what XLA compiles).
+        bucketed_PRECISION: the same in length buckets, as the signatures run it.
         describe: no input -> `dim`, `seq_length`, `vocab_size` (int32 scalars), `pooling`,
-            `hidden_activation` (strings): what the model itself computes, so a loader need
-            not trust the metadata file.
+            `hidden_activation`, `precision` (strings): what the model itself computes, so
+            a loader need not trust the metadata file.
     """
 
     def __init__(self, forward: InferenceForward, tokenizer, seq_length: int,
-                 bucket_rows: int = BUCKET_ROWS):
+                 bucket_rows: int = BUCKET_ROWS, precision: str = "float32"):
         super().__init__(name="serving")
         if bucket_rows < 1:
             raise ValueError(f"bucket_rows must be at least 1, got {bucket_rows}")
+        if precision not in forward.precisions:
+            raise ValueError(f"precision {precision!r} is not among the forward's "
+                             f"{forward.precisions}")
+        self.precision = precision
         self.forward = forward
         self.tokenizer = tokenizer
         self.seq_length = seq_length
@@ -94,9 +104,9 @@ class ServingModule(tf.Module):
                     bucketed=bucketed)
             return pooled
 
-        for precision in forward.precisions:
-            setattr(self, f"pooled_{precision}", pooled_function(precision, bucketed=False))
-            setattr(self, f"bucketed_{precision}", pooled_function(precision, bucketed=True))
+        for prepared in forward.precisions:
+            setattr(self, f"pooled_{prepared}", pooled_function(prepared, bucketed=False))
+            setattr(self, f"bucketed_{prepared}", pooled_function(prepared, bucketed=True))
 
     @tf.function(input_signature=[])
     def describe(self):
@@ -105,7 +115,8 @@ class ServingModule(tf.Module):
                 "vocab_size": tf.constant(self._special["vocab_size"], tf.int32),
                 "num_attention_heads": tf.constant(self.forward.num_heads, tf.int32),
                 "pooling": tf.constant(self.forward.pooling),
-                "hidden_activation": tf.constant(self.forward.hidden_activation)}
+                "hidden_activation": tf.constant(self.forward.hidden_activation),
+                "precision": tf.constant(self.precision)}
 
     def checked_token_ids(self, input_word_ids, input_mask, input_type_ids):
         """The three int32 [batch, seq] inputs, checked at run time: rank 2, one shape,
@@ -132,10 +143,12 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(checks):
             return [tf.identity(tensor) for tensor in inputs]
 
-    def pooled(self, input_word_ids, input_mask, input_type_ids, precision: str = "float32",
+    def pooled(self, input_word_ids, input_mask, input_type_ids, precision: Optional[str] = None,
                bucketed: bool = True) -> tf.Tensor:
-        """The forward's pooled output, float [batch, dim], not normalised; in length
-        buckets of `bucket_rows` rows unless `bucketed` is False."""
+        """The forward's pooled output, float [batch, dim], not normalised, in `precision`
+        (default: the module's); in length buckets of `bucket_rows` rows unless `bucketed`
+        is False."""
+        precision = precision or self.precision
         if not bucketed:
             return self.forward(input_word_ids, input_mask, input_type_ids, precision=precision)
         return self.forward.in_length_buckets(input_word_ids, input_mask, input_type_ids,

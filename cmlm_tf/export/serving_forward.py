@@ -11,9 +11,15 @@ ops on weights laid out for it, and this module builds that forward from a live
   encoder's epsilon), attention with BERT's additive padding bias, the feed-forward layer
   with the encoder's activation (`layers.get_activation`), the encoder's pooling
   (`layers.pool`) and projection with its activation;
-- with `precision="bfloat16"` the matmul inputs (bfloat16 copies of the kernels, made here
-  once) and the feed-forward bias + activation are bfloat16; the residual stream, LayerNorm
-  statistics, softmax and pooling stay float32.
+- every dense layer is one `MatMul` + `BiasAdd` (+ the feed-forward GELU) in the dtype of
+  its kernel, the op pattern that grappler's remapper fuses into one oneDNN kernel with its
+  epilogue (`_FusedMatMul`; `tests/export/test_serving_forward.py` counts them);
+- with `precision="bfloat16"` the dense layers (bfloat16 copies of the kernels and biases,
+  made here once), their bias and the feed-forward activation are bfloat16; the residual
+  stream, LayerNorm, softmax and pooling stay float32;
+- with `precision="int8"` each dense layer is an `Int8Dense` (int8 weights with a scale per
+  output column, activations quantized per call, oneDNN's int8 matmul with the bias in its
+  kernel); everything between the dense layers stays float32.
 
 No XLA is needed (TF Serving runs XLA only when started with
 `--xla_cpu_compilation_enabled`); callers that want it wrap the call in
@@ -25,15 +31,19 @@ into sub-batches of `BUCKET_ROWS` rows that are each trimmed to their own longes
 plan the serving model runs on every request.
 """
 
-from typing import Dict, Tuple
+from typing import Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from cmlm_tf import internals
+from cmlm_tf.export.int8_dense import Int8Dense
 from cmlm_tf.modeling import layers
 
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "int8")
+# What `serving/1` prepares: its signatures run float32, `cmlm_tf.load` may run bfloat16 on
+# exports without `serving_bf16/1`.
+SERVING_PRECISIONS = ("float32", "bfloat16")
 # Rows per length-sorted sub-batch of `in_length_buckets`. Requests of 64 STS-B dev
 # sentences in file order, padded to their longest sentence, hold 1.78x their real tokens;
 # sorted and cut into sub-batches of 8, each padded to its own longest, 1.08x (MiniLM's
@@ -41,6 +51,10 @@ PRECISIONS = ("float32", "bfloat16")
 # MiniLM fastest in TF and TFLite alike; 4 rows were slower (smaller matmuls), see
 # docs/results.md.
 BUCKET_ROWS = 8
+# The int8 forward runs sub-batches of 16: each of its dense layers adds a few elementwise
+# passes (activation range, quantization, column scales) whose cost is per call, and on the
+# Zen 5 machine of docs/results.md 16 rows served it 1.4x faster than 8 (32: no faster).
+PRECISION_BUCKET_ROWS = {"int8": 16}
 # Additive attention bias on padding, as BERT: exp(-10000) is 0 in float32.
 _PADDING_BIAS = -10000.0
 
@@ -60,24 +74,39 @@ class _TransformerLayer(tf.Module):
                                      for d, scale in zip(denses, scales)], axis=1)
         qkv_bias = np.concatenate([d.bias.numpy().reshape(-1) * scale
                                    for d, scale in zip(denses, scales)])
-        matmul_weights = {
-            "qkv_kernel": qkv_kernel,
-            "qkv_bias": qkv_bias,
-            "attention_kernel": attention.output.kernel.numpy().reshape(-1, width),
-            "inner_kernel": parts.intermediate_dense.kernel.numpy(),
-            "inner_bias": parts.intermediate_dense.bias.numpy(),
-            "output_kernel": parts.output_dense.kernel.numpy(),
-        }
-        # One set of matmul weights per precision, cast once here rather than per call.
-        self.matmul_weights = {
-            precision: {key: _constant_variable(value, tf.as_dtype(precision))
-                        for key, value in matmul_weights.items()}
-            for precision in precisions}
-        self.attention_bias = _constant_variable(attention.output.bias)
+        kernels = {"qkv": (qkv_kernel, qkv_bias),
+                   "attention": (attention.output.kernel.numpy().reshape(-1, width),
+                                 attention.output.bias.numpy()),
+                   "inner": (parts.intermediate_dense.kernel.numpy(),
+                             parts.intermediate_dense.bias.numpy()),
+                   "output": (parts.output_dense.kernel.numpy(),
+                              parts.output_dense.bias.numpy())}
+        # One set of dense weights per precision, cast (or quantized) once here rather than
+        # per call: (kernel, bias) variables, or an `Int8Dense`.
+        self.dense = {precision: {key: _dense_weights(kernel, bias, precision)
+                                  for key, (kernel, bias) in kernels.items()}
+                      for precision in precisions}
         self.attention_norm = _norm_weights(parts.attention_norm)
-        self.output_bias = _constant_variable(parts.output_dense.bias)
         self.output_norm = _norm_weights(parts.output_norm)
         self.epsilon = float(parts.output_norm.epsilon)
+
+
+def _dense_weights(kernel, bias, precision: str):
+    if precision == "int8":
+        return Int8Dense(kernel, bias)
+    dtype = tf.as_dtype(precision)
+    return _constant_variable(kernel, dtype), _constant_variable(bias, dtype)
+
+
+def _dense(x, weights, activation=None):
+    """x @ kernel + bias (then `activation`) as one matmul op with its epilogue: `MatMul` +
+    `BiasAdd` (+ GELU), the pattern grappler's remapper fuses into `_FusedMatMul`; or the
+    int8 layer. Returns float32 for int8, else the weights' dtype."""
+    if isinstance(weights, Int8Dense):
+        output = weights(x)
+    else:
+        output = tf.nn.bias_add(tf.matmul(x, weights[0]), weights[1])
+    return output if activation is None else activation(output)
 
 
 def _constant_variable(value, dtype=tf.float32) -> tf.Variable:
@@ -95,7 +124,8 @@ class InferenceForward(tf.Module):
         encoder: a built `cmlm_tf.modeling.sentence_encoder.SentenceEncoder` (post-norm
             `BertEncoderV2`, no embedding projection, no dense inputs). Its weights are
             copied: later changes to the encoder do not reach the forward.
-        precisions: the precisions to prepare matmul weights for (`float32`, `bfloat16`).
+        precisions: the precisions to prepare dense weights for (`float32`, `bfloat16`,
+            `int8`).
 
     Call args:
         input_word_ids, input_mask, input_type_ids: int32 [batch, seq].
@@ -106,7 +136,7 @@ class InferenceForward(tf.Module):
         L2-normalised).
     """
 
-    def __init__(self, encoder, precisions: Tuple[str, ...] = PRECISIONS,
+    def __init__(self, encoder, precisions: Tuple[str, ...] = SERVING_PRECISIONS,
                  name: str = "inference_forward"):
         super().__init__(name=name)
         unknown = set(precisions) - set(PRECISIONS)
@@ -149,7 +179,8 @@ class InferenceForward(tf.Module):
         if precision not in self.precisions:
             raise ValueError(f"precision {precision!r} was not prepared; this forward has "
                              f"{self.precisions}")
-        compute = tf.as_dtype(precision)
+        # int8 quantizes inside each dense layer; everything between runs in float32.
+        compute = tf.float32 if precision == "int8" else tf.as_dtype(precision)
         batch, seq = tf.shape(input_word_ids)[0], tf.shape(input_word_ids)[1]
         width = int(self.word_embeddings.shape[1])
         head_dim = width // self.num_heads
@@ -164,25 +195,21 @@ class InferenceForward(tf.Module):
         mask = tf.cast(input_mask, tf.float32)
         attention_bias = tf.reshape((1.0 - mask) * _PADDING_BIAS, [batch, 1, 1, seq])
         for layer in self.layers:
-            weights: Dict[str, tf.Variable] = layer.matmul_weights[precision]
-            qkv = tf.nn.bias_add(tf.matmul(x_compute, weights["qkv_kernel"]),
-                                 weights["qkv_bias"])
+            dense = layer.dense[precision]
+            qkv = _dense(x_compute, dense["qkv"])
             query, key, value = tf.unstack(tf.transpose(
                 tf.reshape(qkv, [batch, seq, 3, self.num_heads, head_dim]), [2, 0, 3, 1, 4]))
             scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
             probs = tf.cast(tf.nn.softmax(scores + attention_bias, axis=-1), compute)
             context = tf.matmul(probs, value)
             context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch * seq, width])
-            attended = tf.cast(tf.matmul(context, weights["attention_kernel"]), tf.float32)
-            x, x_compute = _layer_norm(attended + layer.attention_bias + x,
-                                       layer.attention_norm, layer.epsilon, compute)
-            # Bias and activation in the compute dtype: in bfloat16 this saves two casts of
-            # the widest activation per layer.
-            inner = self._activation(tf.nn.bias_add(
-                tf.matmul(x_compute, weights["inner_kernel"]), weights["inner_bias"]))
-            output = tf.cast(tf.matmul(inner, weights["output_kernel"]), tf.float32)
-            x, x_compute = _layer_norm(output + layer.output_bias + x, layer.output_norm,
-                                       layer.epsilon, compute)
+            attended = tf.cast(_dense(context, dense["attention"]), tf.float32)
+            x, x_compute = _layer_norm(attended + x, layer.attention_norm, layer.epsilon,
+                                       compute)
+            # Bias and activation in the compute dtype, fused into the matmul.
+            inner = _dense(x_compute, dense["inner"], self._activation)
+            output = tf.cast(_dense(inner, dense["output"]), tf.float32)
+            x, x_compute = _layer_norm(output + x, layer.output_norm, layer.epsilon, compute)
         pooled = layers.pool(tf.reshape(x, [batch, seq, width]), mask, self.pooling)
         if self.projection is not None:
             pooled = self._projection_activation(

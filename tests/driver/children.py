@@ -10,6 +10,7 @@ module level: several children report whether a command imported it.
 import contextlib
 import io
 import json
+import os
 import pathlib
 import sys
 import time
@@ -247,10 +248,13 @@ def import_without_tensorflow_text():
 
 def stsb_spearman_of_every_path(stsb_csv, export):
     """Prints one JSON line: the STS-B Spearman of `encode()`, `serving_default` (batches of
-    64) and the int8 TFLite model of `export`, on the STS-B file `stsb_csv`. TFLite float32
-    agrees with encode() at cosine >= 0.9999 (tests/test_parity.py); int8 differs by design,
-    so its Spearman is measured here."""
+    64) and the int8 TFLite model of `export`, on the STS-B file `stsb_csv`, and of
+    `serving_default` and `encode(precision=...)` of each other precision's serving model
+    the export has (`serving_bf16/1`: `serving_bfloat16`, `encode_bfloat16`; `int8`). TFLite
+    float32 agrees with encode() at cosine >= 0.9999 (tests/test_parity.py); the others
+    differ by design, so their Spearman is measured here."""
     import numpy as np
+    import tensorflow as tf
     from scipy.stats import spearmanr
 
     from cmlm_tf.export import tflite
@@ -260,18 +264,27 @@ def stsb_spearman_of_every_path(stsb_csv, export):
         rows = [line.rstrip("\n").split("\t")[:7] for line in f]
     gold = [float(row[4]) for row in rows]
     texts = [row[5] for row in rows] + [row[6] for row in rows]
-    model = load(export)
-    serving = model._serving.signatures["serving_default"]
     batches = [np.array(texts[i:i + 64], dtype=object) for i in range(0, len(texts), 64)]
+
+    def served(signature):
+        return np.concatenate([signature(sentences=batch)["embeddings"].numpy()
+                               for batch in batches])
+
+    model = load(export)
     runner = tflite.load_interpreter(f"{export}/tflite/model_int8.tflite").get_signature_runner(
         "serving_default")
     vectors = {
         "encode": model.encode(texts),
-        "serving_default": np.concatenate(
-            [serving(sentences=batch)["embeddings"].numpy() for batch in batches]),
+        "serving_default": served(model._serving.signatures["serving_default"]),
         "tflite_int8": np.concatenate(
             [runner(sentences=batch)["embeddings"] for batch in batches]),
     }
+    for precision, entry in model.metadata.get("serving_models", {}).items():
+        if precision != "float32":
+            path = os.path.join(export, *entry["folder"].split("/"))
+            vectors[f"serving_{precision}"] = served(
+                tf.saved_model.load(path).signatures["serving_default"])
+            vectors[f"encode_{precision}"] = load(export, precision=precision).encode(texts)
     n = len(rows)
     print(json.dumps({name: spearmanr((v[:n] * v[n:]).sum(1), gold)[0]
                       for name, v in vectors.items()}))

@@ -143,6 +143,22 @@ def serving_cases(saved_model_dir, cases_json):
         print(json.dumps({name: result}), flush=True)
 
 
+
+def serving_default_vectors(serving_dir, texts_file, vectors_file):
+    """Embeds the JSON list in `texts_file` with `serving_dir`'s `serving_default` signature,
+    as a model server runs it (TensorFlow and tensorflow_text only), in one request; saves
+    the vectors to `vectors_file` (.npy)."""
+    import json
+
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    with open(texts_file, encoding="utf-8") as f:
+        texts = json.load(f)
+    signature = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    np.save(vectors_file, signature(sentences=tf.constant(texts))["embeddings"].numpy())
+
 if __name__ == "__main__":
     from tests.driver import children
 

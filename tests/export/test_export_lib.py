@@ -198,3 +198,70 @@ def test_an_export_up_to_date_with_its_checkpoint_is_not_redone(tmp_path, tiny_r
     assert export_cli.main(args + ["--seq_length", "10"]) == 0  # another flag
     assert "exported to" in capsys.readouterr().out
     assert json.loads((out / "cmlm_tf_export.json").read_text())["seq_length"] == 10
+
+
+@pytest.fixture(scope="module")
+def precision_export(tmp_path_factory, tiny_run_dir):
+    """A tiny export with `--bf16 --int8`."""
+    from cmlm_tf.commands import export as export_cli
+
+    out = tmp_path_factory.mktemp("exports") / "precisions"
+    assert export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),
+                            "--seq_length", str(TINY_EXPORT_SEQ_LENGTH), "--bf16", "--int8"]) == 0
+    return out
+
+
+def serving_default(folder):
+    loaded = tf.saved_model.load(str(folder))
+    signature = loaded.signatures["serving_default"]
+    assert list(signature.structured_outputs) == ["embeddings"]
+    return loaded, signature(sentences=tf.constant(SENTENCES))["embeddings"].numpy()
+
+
+def test_bf16_model_is_a_serving_folder_that_encode_runs_too(precision_export):
+    """`serving_bf16/1` beside `serving/1`: the same signature, bfloat16 arithmetic (close to
+    float32, not equal), and the graph `load(precision="bfloat16")` runs."""
+    import cmlm_tf
+
+    meta = json.loads((precision_export / "cmlm_tf_export.json").read_text())
+    entry = meta["serving_models"]["bfloat16"]
+    assert entry["folder"] == "serving_bf16/1" and entry["min_probe_cosine_to_float32"] >= 0.99
+    assert meta["serving_models"]["float32"] == {"folder": "serving/1"}
+    assert meta["options"]["bf16"] is True and meta["options"]["int8"] is True
+    assert "| `serving_bf16/1/` |" in (precision_export / "README.md").read_text()
+    _, float32 = serving_default(precision_export / "serving" / "1")
+    module, bf16 = serving_default(precision_export / "serving_bf16" / "1")
+    assert module.describe()["precision"].numpy() == b"bfloat16"
+    assert (float32 * bf16).sum(axis=1).min() >= 0.99
+    assert np.abs(float32 - bf16).max() > 0  # bfloat16 rounding shows
+    model = cmlm_tf.load(str(precision_export), precision="bfloat16")
+    assert model._serving.describe()["precision"].numpy() == b"bfloat16"
+    assert (model.encode(SENTENCES) * bf16).sum(axis=1).min() >= 0.99999
+
+
+def test_int8_model_is_a_serving_folder_that_encode_runs_too(precision_export):
+    """`serving_int8/1`: the same signature, int8 weights, vectors close to float32's; a
+    request of one text at a time is what `encode` gives for it too (activations are
+    quantized per request, so a text's vector depends a little on its batch)."""
+    import cmlm_tf
+
+    meta = json.loads((precision_export / "cmlm_tf_export.json").read_text())
+    assert meta["serving_models"]["int8"]["folder"] == "serving_int8/1"
+    _, float32 = serving_default(precision_export / "serving" / "1")
+    module, int8 = serving_default(precision_export / "serving_int8" / "1")
+    assert module.describe()["precision"].numpy() == b"int8"
+    assert module.forward.layers[0].dense["int8"]["inner"].kernel.dtype == tf.int8
+    assert (float32 * int8).sum(axis=1).min() >= 0.98
+    assert np.abs(float32 - int8).max() > 0
+    model = cmlm_tf.load(str(precision_export), precision="int8")
+    signature = module.signatures["serving_default"]
+    for text in SENTENCES:
+        alone = signature(sentences=tf.constant([text]))["embeddings"].numpy()
+        assert (model.encode([text]) * alone).sum() >= 0.99999
+
+
+def test_an_export_without_int8_refuses_int8_with_the_flag_that_makes_it(tiny_export):
+    import cmlm_tf
+
+    with pytest.raises(ValueError, match="export it again with --int8"):
+        cmlm_tf.load(str(tiny_export), precision="int8")

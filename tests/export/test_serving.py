@@ -287,3 +287,23 @@ def test_classic_wordpiece_serving_for_older_model_servers(tmp_path, tiny_run_di
     assert str(tmp_path) not in (export_dir / "cmlm_tf_export.json").read_text()
     np.testing.assert_allclose(cmlm_tf.load(str(export_dir)).encode(SENTENCES),
                                cmlm_tf.load(str(tiny_export)).encode(SENTENCES), atol=1e-6)
+
+
+def test_fpmath_bf16_is_an_opt_in_that_reaches_onednn(tiny_export, tmp_path, monkeypatch):
+    """`TF_SET_ONEDNN_FPMATH_MODE=BF16` on the serving process (docs/serving.md) lets
+    oneDNN's float32 matmuls of `serving/1` round their inputs to bfloat16: oneDNN reports
+    the mode on the primitives it runs, and the vectors stay within bfloat16 rounding of
+    float32 (equal on CPUs without bfloat16 matmul kernels). Without the variable, no
+    primitive runs in that mode."""
+    texts = tmp_path / "texts.json"
+    texts.write_text(json.dumps(SENTENCES), encoding="utf-8")
+    reference = cmlm_tf.load(str(tiny_export)).encode(SENTENCES)
+    for mode, expected in (("BF16", True), ("", False)):
+        monkeypatch.setenv("ONEDNN_VERBOSE", "1")
+        monkeypatch.setenv("TF_SET_ONEDNN_FPMATH_MODE", mode)
+        result = run_child("serving_default_vectors", str(tiny_export / "serving" / "1"),
+                           str(texts), str(tmp_path / f"fpmath{mode}.npy"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert ("attr-fpmath:bf16" in result.stdout + result.stderr) is expected, mode
+        vectors = np.load(tmp_path / f"fpmath{mode}.npy")
+        assert cosines(vectors, reference).min() >= 0.999, mode

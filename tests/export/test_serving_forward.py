@@ -1,13 +1,17 @@
 """`InferenceForward`: the fused forward against a NumPy post-norm BERT, and its precisions."""
 
+import os
+
 import numpy as np
 import pytest
+import tensorflow as tf
 import tf_keras
 from scipy.special import erf
 
+from cmlm_tf import internals
 from cmlm_tf.export import serving_forward
 from cmlm_tf.modeling import sentence_encoder
-from tests.conftest import tiny_encoder_config
+from tests.conftest import cosines, tiny_encoder_config
 
 
 def _encoder(**overrides):
@@ -79,14 +83,64 @@ def test_only_the_prepared_precisions_run():
         serving_forward.InferenceForward(encoder, precisions=("float32", "float16"))
     forward = serving_forward.InferenceForward(encoder, precisions=("float32",))
     assert forward.precisions == ("float32",) and forward.output_dim == 8
-    assert set(forward.layers[0].matmul_weights) == {"float32"}
+    assert set(forward.layers[0].dense) == {"float32"}
     ids = np.full([1, 4], 7, np.int32)
     with pytest.raises(ValueError, match="precision 'bfloat16' was not prepared"):
         forward(ids, np.ones_like(ids), np.zeros_like(ids), precision="bfloat16")
     both = serving_forward.InferenceForward(encoder)
     full, half = (both(ids, np.ones_like(ids), np.zeros_like(ids), precision=p).numpy()
-                  for p in serving_forward.PRECISIONS)
+                  for p in serving_forward.SERVING_PRECISIONS)
     np.testing.assert_allclose(full, forward(ids, np.ones_like(ids), np.zeros_like(ids)),
                                atol=1e-6)
     np.testing.assert_allclose(half, full, atol=5e-2)
     assert np.abs(half - full).max() > 0  # the bfloat16 weights are really used
+
+
+def _inputs(batch=3, seq=7):
+    rng = np.random.default_rng(2)
+    ids = rng.integers(5, 30, size=[batch, seq]).astype(np.int32)
+    mask = (np.arange(seq) < np.array([[seq], [4], [1]])[:batch]).astype(np.int32)
+    return ids * mask, mask, np.zeros_like(ids)
+
+
+@pytest.mark.skipif(os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0",
+                    reason="grappler fuses GELU into the matmul only with oneDNN's kernels")
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_every_dense_layer_runs_as_one_fused_matmul(precision):
+    """After grappler, each layer is 4 fused matmuls (query/key/value, attention output and
+    feed-forward output with their bias, in float32 the last with its residual too; the
+    feed-forward input with its bias and exact GELU), the projection one more, and nothing
+    is left of a plain MatMul or BiasAdd; the vectors are the NumPy forward's."""
+    encoder = _encoder(projection_size=6, projection_activation="tanh")
+    rng = np.random.default_rng(3)
+    for weight in encoder.weights:  # no zero bias, which grappler would fold away
+        weight.assign(weight + rng.normal(0.0, 0.1, weight.shape).astype(np.float32))
+    forward = serving_forward.InferenceForward(encoder, precisions=(precision,))
+    spec = tf.TensorSpec([None, None], tf.int32)
+    function = tf.function(lambda *ids: forward(*ids, precision=precision))
+    counts = internals.optimized_op_counts(function.get_concrete_function(spec, spec, spec))
+    layers = len(forward.layers)
+    # float32 also takes the feed-forward output's residual into its matmul; in bfloat16 a
+    # cast to float32 stands between them.
+    residual = layers if precision == "float32" else 0
+    assert counts.get("_FusedMatMul[BiasAdd,GeluExact]") == layers, counts
+    assert counts.get("_FusedMatMul[BiasAdd,Add]", 0) == residual, counts
+    assert counts.get("_FusedMatMul[BiasAdd]") == 3 * layers - residual, counts
+    assert counts.get("_FusedMatMul[BiasAdd,Tanh]") == 1, counts  # the projection
+    assert "BiasAdd" not in counts and "MatMul" not in counts, counts
+    ids = _inputs()
+    if precision == "float32":
+        expected = _numpy_forward(encoder, *ids)
+        assert cosines(function(*ids).numpy(), expected).min() >= 0.99999
+
+
+def test_int8_forward_is_close_to_float32_and_keeps_no_float_kernels():
+    encoder = _encoder(projection_size=6, projection_activation="tanh")
+    forward = serving_forward.InferenceForward(encoder, precisions=("float32", "int8"))
+    dense = forward.layers[0].dense["int8"]["inner"]
+    assert dense.kernel.dtype == tf.int8
+    ids = _inputs()
+    full = forward(*ids).numpy()
+    quantized = forward(*ids, precision="int8").numpy()
+    assert cosines(quantized, full).min() >= 0.99
+    assert np.abs(quantized - full).max() > 0  # the int8 layers are really used

@@ -39,7 +39,7 @@ def test_describe_reports_what_the_model_computes(built):
     info = {key: value.numpy() for key, value in module.describe().items()}
     assert info == {"dim": 32, "seq_length": SEQ_LENGTH, "vocab_size": len(vocab),
                     "num_attention_heads": 4, "pooling": b"mean",
-                    "hidden_activation": b"gelu_exact"}
+                    "hidden_activation": b"gelu_exact", "precision": b"float32"}
     assert encoder.output_dim == 32
 
 
