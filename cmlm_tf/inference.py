@@ -25,7 +25,6 @@ from cmlm_tf.export_metadata import (  # noqa: F401  (the others: read here by c
     FORMAT_VERSION,
     METADATA_FILE,
     PRECISIONS,
-    SERVING_FOLDERS,
     check_metadata,
     read_metadata,
     serving_model_dir,

@@ -28,10 +28,9 @@ from typing import Optional
 from cmlm_tf.export import snapshot, staging
 from cmlm_tf.export import source as source_lib
 from cmlm_tf.export.forward_checks import check_forward, check_precision
-from cmlm_tf.inference import FORMAT_VERSION, METADATA_FILE, SERVING_FOLDERS
+from cmlm_tf.export_metadata import FORMAT_VERSION, METADATA_FILE, SERVING_FOLDERS
 
 SAVED_MODELS = ("preprocessor", "encoder", os.path.join("serving", "1"))
-
 
 
 def saved_model_ops(saved_model_dir: str) -> set:

@@ -34,15 +34,14 @@ def check_forward(encoder, module) -> float:
 def check_precision(reference, module) -> float:
     """Lowest cosine, on probe texts, between `module`'s vectors (its own precision) and
     `reference`'s float32 ones; raises if below `PRECISION_MIN_COSINE`."""
-    import numpy as np
     import tensorflow as tf
+
+    from cmlm_tf.vectors import l2_normalize_array
 
     tokens = reference.tokenize(tf.constant(PROBE_TEXTS))
     expected = reference.pooled_float32(**tokens).numpy()
     actual = getattr(module, f"pooled_{module.precision}")(**tokens).numpy()
-    cosines = (expected * actual).sum(axis=1) / np.maximum(
-        np.linalg.norm(expected, axis=1) * np.linalg.norm(actual, axis=1), 1e-12)
-    lowest = float(cosines.min())
+    lowest = float((l2_normalize_array(expected) * l2_normalize_array(actual)).sum(1).min())
     if not lowest >= PRECISION_MIN_COSINE:
         raise RuntimeError(f"the {module.precision} forward's vectors have cosine {lowest:.4f} "
                            f"to float32's (at least {PRECISION_MIN_COSINE} expected)")

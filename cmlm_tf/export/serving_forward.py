@@ -38,9 +38,9 @@ import tensorflow as tf
 
 from cmlm_tf import internals
 from cmlm_tf.export.int8_dense import Int8Dense
+from cmlm_tf.export_metadata import PRECISIONS
 from cmlm_tf.modeling import layers
 
-PRECISIONS = ("float32", "bfloat16", "int8")
 # What `serving/1` prepares: its signatures run float32, `cmlm_tf.load` may run bfloat16 on
 # exports without `serving_bf16/1`.
 SERVING_PRECISIONS = ("float32", "bfloat16")
