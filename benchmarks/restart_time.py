@@ -38,8 +38,11 @@ def run_until_first_step(command, env, extra_progress: bool):
     """Starts `command`; after its first step (and, with `extra_progress`, one more progress
     line) sends SIGINT. Returns ({milestone: seconds}, exit code)."""
     start = time.perf_counter()
+    # The child handles Ctrl-C as a command typed in a terminal does, even where this script
+    # was started with SIGINT ignored (in the background from another script).
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=env)
+                               text=True, env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stderr],
                               daemon=True)

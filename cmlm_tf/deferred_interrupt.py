@@ -1,6 +1,10 @@
 """Ctrl-C deferred to a safe point: inside a block, the first Ctrl-C only records the request,
 and the caller stops where nothing is half done (between two chunks of training steps, after
-a whole checkpoint save)."""
+a whole checkpoint save).
+
+A process whose SIGINT is ignored (started in the background by a script, `cmd &`, as a
+scheduler or CI runner may start it) keeps it ignored: the block installs no handler, so
+Ctrl-C neither stops it nor is recorded, as the process that started it asked."""
 
 import contextlib
 
@@ -20,12 +24,14 @@ def deferred_ctrl_c(second_interrupts: bool = True):
     """Inside the block, Ctrl-C (SIGINT) only records the request (the yielded object is
     true once it came); the caller stops where it is safe. With `second_interrupts`, a
     second Ctrl-C interrupts at once; otherwise every one waits for the block's end.
-    Outside the main thread (no signal handlers there), nothing changes."""
+    Outside the main thread (no signal handlers there), and where SIGINT is ignored,
+    nothing changes. The handler found before the block is the one after it."""
     import signal
     import threading
 
     stop = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield stop
         return
 

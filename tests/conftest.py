@@ -16,6 +16,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -266,6 +267,22 @@ tf.config.set_logical_device_configuration(
 def two_replicas():
     """A MirroredStrategy over the two logical CPU devices."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture
+def ctrl_c_as_in_a_terminal():
+    """SIGINT handled by Python's default handler during the test, as in a process started
+    from a terminal, whatever the suite started with (a suite started in the background has
+    it ignored); the handler found before comes back after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def sigint_as_in_a_terminal():
+    """A child's `preexec_fn`: SIGINT at its default, as for a command typed in a terminal,
+    even where the suite itself was started with SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cli_env() -> dict:

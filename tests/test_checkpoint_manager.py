@@ -38,7 +38,8 @@ _SAVE_STEPS = {
 
 
 @pytest.mark.parametrize("where", sorted(_SAVE_STEPS))
-def test_ctrl_c_at_each_step_of_a_save_stops_after_the_save(tmp_path, monkeypatch, where):
+def test_ctrl_c_at_each_step_of_a_save_stops_after_the_save(tmp_path, monkeypatch, where,
+                                                            ctrl_c_as_in_a_terminal):
     """Two Ctrl-C during the files, their recording or the pruning: the save finishes and
     is recorded as the latest checkpoint, then the run stops."""
     manager, step = _manager(tmp_path)

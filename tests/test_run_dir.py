@@ -14,7 +14,14 @@ import time
 import pytest
 
 from cmlm_tf import run_dir
-from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, TINY_TRAIN, cli_env, tiny_train_command
+from tests.conftest import (
+    REPO_DIR,
+    TINY_CMLM_OVERRIDES,
+    TINY_TRAIN,
+    cli_env,
+    sigint_as_in_a_terminal,
+    tiny_train_command,
+)
 
 
 def _run(command, cwd=REPO_DIR):
@@ -97,7 +104,8 @@ def test_ctrl_c_saves_the_step_reached_and_the_rerun_resumes_there(tmp_path):
     # A heartbeat interval shorter than any step: a progress line after every step.
     env = dict(cli_env(), CMLM_TF_HEARTBEAT_SECONDS="0.000001")
     process = subprocess.Popen(command(100000), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_DIR)
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_DIR,
+                               preexec_fn=sigint_as_in_a_terminal)
     lines = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stderr])
     reader.start()

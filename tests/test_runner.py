@@ -18,8 +18,8 @@ def _manager(model_dir):
     return manager, step
 
 
-def test_a_second_ctrl_c_during_the_stops_own_save_still_saves_and_records(tmp_path,
-                                                                          monkeypatch):
+def test_a_second_ctrl_c_during_the_stops_own_save_still_saves_and_records(
+        tmp_path, monkeypatch, ctrl_c_as_in_a_terminal):
     """The first Ctrl-C stopped the loop; the second comes while the stop saves the step
     reached: that save finishes, is recorded, and the stop reports it."""
     import types
