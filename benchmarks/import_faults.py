@@ -18,27 +18,27 @@ damaged import folder. The outcome of each:
 - `lost`: an existing folder that the command should have left alone was changed.
 
 Prints a table of the cases and the count of each outcome; exits 1 unless every case is
-`ok` or `clear`. tests/test_import_faults.py runs the same cases.
+`ok` or `clear` (outcomes and table: benchmarks/fault_runs.py).
+tests/test_import_faults.py runs the same cases.
 """
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import pathlib
 import shutil
 import sys
 import tempfile
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loaded by path in tests
+
+import fault_runs  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STANDINS = REPO / "tests" / "testdata" / "st_standins"
 WORDPIECE = STANDINS / "st6_bert_mean"
 SENTENCEPIECE = STANDINS / "xlmr_layout"
-OUTCOMES = ("ok", "clear", "unnamed", "traceback", "silent wrong", "lost")
 
 
 def _json_edit(name, change):
@@ -161,34 +161,6 @@ IMPORT_FOLDER_CASES = [
 ]
 
 
-def _outcome(rc, err, expected):
-    if "Traceback" in err or rc not in (0, 2):
-        return "traceback"
-    if expected == "ok":
-        return "ok" if rc == 0 else "unnamed"
-    if rc == 0:
-        return "silent wrong"
-    lines = [line for line in err.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    if len(errors) != 1 or lines[-1] != errors[0] or expected not in errors[0]:
-        return "unnamed"
-    return "clear"
-
-
-def _run(main, argv):
-    """(rc, stderr) of a command's `main(argv)`, with any escaping exception as a traceback."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = main(argv)
-        except SystemExit as stop:
-            rc = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:  # noqa: BLE001 (any escape is the outcome measured)
-            traceback.print_exc(file=err)
-            rc = 1
-    return rc, err.getvalue()
-
-
 def _tensors(prefix):
     import numpy as np
     import tensorflow as tf
@@ -214,18 +186,13 @@ def _same_import(folder, reference) -> bool:
         np.array_equal(ours[name], theirs[name]) for name in ours)
 
 
-def _listing(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
-            if p.is_file()}
-
-
 def _surface_cases(work, references, tiny_export):
     """Cases that are not a damaged copy: where the command points, and what is there."""
     from cmlm_tf.commands import import_model
 
     def import_into(source, out, *flags):
-        return _run(import_model.main, ["--import_dir", str(source), "--output_dir", str(out),
-                                        *flags])
+        return fault_runs.run(import_model.main, ["--import_dir", str(source),
+                                                  "--output_dir", str(out), *flags])
 
     def existing_import():
         out = pathlib.Path(tempfile.mkdtemp(dir=work)) / "existing_import"
@@ -259,7 +226,7 @@ def _surface_cases(work, references, tiny_export):
     def refused_over(make, *flags):
         def run():
             out = make()
-            before = _listing(out)
+            before = fault_runs.listing(out)
             result = import_into(WORDPIECE, out, *flags)
             return result, (out, before)
         return run
@@ -271,7 +238,7 @@ def _surface_cases(work, references, tiny_export):
     if tiny_export is not None:
         cases += [
             ("--output_dir an export, no --overwrite", refused_over(existing_export),
-             "--overwrite"),
+             "not an import folder"),
             ("--output_dir an export, --overwrite", refused_over(existing_export,
                                                                  "--overwrite"),
              "not an import folder"),
@@ -298,32 +265,27 @@ def run_cases(work_dir, tiny_export=None):
         if kind == "import":
             shutil.copytree(references["wordpiece"], case / "model")
             damage(case / "model")
-            rc, err = _run(export_cli.main, ["--model_dir", str(case / "model"),
-                                             "--export_dir", str(case / "export")])
-            outcome = _outcome(rc, err, expected)
+            rc, err = fault_runs.run(export_cli.main, ["--model_dir", str(case / "model"),
+                                                       "--export_dir", str(case / "export")])
+            outcome = fault_runs.outcome(rc, err, expected)
             if outcome == "clear" and (case / "export").exists():
                 outcome = "silent wrong"
         else:
             shutil.copytree(WORDPIECE if kind == "wordpiece" else SENTENCEPIECE, case / "hf")
             damage(case / "hf")
-            rc, err = _run(import_model.main, ["--import_dir", str(case / "hf"),
-                                               "--output_dir", str(case / "out")])
-            outcome = _outcome(rc, err, expected)
+            rc, err = fault_runs.run(import_model.main, ["--import_dir", str(case / "hf"),
+                                                         "--output_dir", str(case / "out")])
+            outcome = fault_runs.outcome(rc, err, expected)
             if outcome == "ok" and not _same_import(case / "out", references[kind]):
                 outcome = "silent wrong"
-        results.append((name, outcome, _last_error(err)))
+        results.append((name, outcome, fault_runs.last_error(err)))
     for name, run, expected in _surface_cases(work, references, tiny_export):
         (rc, err), kept = run()
-        outcome = _outcome(rc, err, expected)
-        if kept is not None and _listing(kept[0]) != kept[1]:
+        outcome = fault_runs.outcome(rc, err, expected)
+        if kept is not None and fault_runs.listing(kept[0]) != kept[1]:
             outcome = "lost"
-        results.append((name, outcome, _last_error(err)))
+        results.append((name, outcome, fault_runs.last_error(err)))
     return results
-
-
-def _last_error(err):
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    return errors[-1] if errors else (err.strip().splitlines() or [""])[-1]
 
 
 def main():
@@ -338,12 +300,7 @@ def main():
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    width = max(len(name) for name, _, _ in results)
-    for name, outcome, line in results:
-        print(f"{name:<{width}}  {outcome:<12}  {line[:110]}")
-    counts = {outcome: sum(1 for _, o, _ in results if o == outcome) for outcome in OUTCOMES}
-    print(f"{len(results)} cases: " + ", ".join(f"{n} {o}" for o, n in counts.items()))
-    return 0 if counts["ok"] + counts["clear"] == len(results) else 1
+    return fault_runs.print_table(results)
 
 
 if __name__ == "__main__":

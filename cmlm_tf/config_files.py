@@ -102,6 +102,7 @@ def load_experiment_config(
     for name in config_files or []:
         path = resolve_recipe(name)
         mapping = resolve_relative(read_yaml_mapping(path), os.path.dirname(path))
+        check_blocks(params, mapping, path)
         try:
             params.override(mapping, is_strict=True)
         except (KeyError, TypeError, AttributeError) as e:
@@ -109,6 +110,7 @@ def load_experiment_config(
         _check_types(params, path)
     if params_override:
         mapping = parse_override(params_override)
+        check_blocks(params, mapping, "--params_override")
         try:
             params.override(mapping, is_strict=True)
         except (KeyError, TypeError, AttributeError) as e:
@@ -173,6 +175,32 @@ def override_error(params: hyperparams.Config, mapping: dict, error: Exception) 
         return f"unknown key {path}; did you mean {' or '.join(close)}?"
     where = f"under {prefix}" if prefix else "at the top level"
     return f"unknown key {path}; the keys {where} are {', '.join(sorted(siblings))}"
+
+
+def check_blocks(params: hyperparams.Config, mapping: dict, where: str) -> None:
+    """Refuses a value given to a block of settings (`task.model.encoder=5`), which a strict
+    override would store in its place; `where` names the file or flag."""
+    found = _value_over_block(params.as_dict(), mapping)
+    if found is not None:
+        path, value, fields = found
+        raise ValueError(f"{where}: {path} is a block of settings, not a value (got "
+                         f"{value!r}); set its fields instead, e.g. {path}.{fields[0]}=..."
+                         f" (its fields: {', '.join(fields)})")
+
+
+def _value_over_block(known: dict, mapping: dict, prefix: str = ""):
+    """(dotted path, value, the block's fields) of the first non-mapping value of `mapping`
+    that would replace a block (a nested dict of `known`, as `Config.as_dict()`), or None."""
+    for key, value in mapping.items():
+        block = known.get(key)
+        if not isinstance(block, dict) or value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"{prefix}{key}", value, sorted(block)
+        found = _value_over_block(block, value, f"{prefix}{key}.")
+        if found is not None:
+            return found
+    return None
 
 
 def _unknown_key(known: dict, mapping: dict, prefix: str = ""):

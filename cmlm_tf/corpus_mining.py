@@ -11,13 +11,12 @@ import dataclasses
 import functools
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Optional, Sequence
 
-from cmlm_tf import disk
-from cmlm_tf.evaluation import mining, readers
+from cmlm_tf import disk, output_folders, tf_logs
+from cmlm_tf.evaluation import ann, mining, readers
 
 # `--index auto`, by candidate pairs (n_src × n_tgt): exact up to FLAT_ABOVE, where the flat
 # product's start-up (TensorFlow, XLA) costs as much as it saves; flat up to ANN_ABOVE, about
@@ -27,6 +26,8 @@ FLAT_ABOVE = 20_000 ** 2
 ANN_ABOVE = 200_000 ** 2
 # The in-process search reports progress after each of about this many parts of the queries.
 _PROGRESS_PARTS = 20
+# The start of a Beam search's work folder's name, beside the output or inside --work_dir.
+WORK_PREFIX = ".mine-work-"
 
 
 def write_pairs(path: str, pairs: mining.MinedPairs, src: Sequence[str], tgt: Sequence[str],
@@ -86,23 +87,33 @@ def _in_parts(search, report):
 class SearchProgress:
     """`mine: searched N of M queries (Q/s, ETA m:ss)` on stderr, at most every 10 s."""
 
-    def __init__(self, total: int, every: float = 10.0):
+    def __init__(self, total: int, every: float = 10.0,
+                 clock: Callable[[], float] = time.perf_counter):
         self.total = total
         self.every = every
         self.done_before = 0
-        self.started = self.last = time.perf_counter()
+        self._clock = clock
+        self.started = self.last = clock()
+        self.searched_before = 0.0  # seconds spent on the queries of finished sides
         self.printed = False
+
+    def side_started(self) -> None:
+        """Marks the start of a side's queries. The rate counts the seconds spent on
+        queries only: an index's training and calibration before them would make the
+        first ETAs many times too long."""
+        self.started = self._clock()
 
     def side_done(self, count: int) -> None:
         self.done_before += count
+        self.searched_before += self._clock() - self.started
 
     def __call__(self, done: int, _total: int) -> None:
-        now = time.perf_counter()
+        now = self._clock()
         finished = self.done_before + done
         if now - self.last < self.every and (finished < self.total or not self.printed):
             return
         self.last, self.printed = now, True
-        rate = finished / max(now - self.started, 1e-9)
+        rate = finished / max(self.searched_before + now - self.started, 1e-9)
         eta = (self.total - finished) / rate if rate else 0.0
         print(f"mine: searched {finished:,} of {self.total:,} queries ({rate:,.0f}/s, "
               f"ETA {int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
@@ -112,8 +123,6 @@ def index_and_probes(queries, keys, k: int, backend: str, probes: Optional[int],
                      candidates: int, recall: float, side: str):
     """An index over `keys` and the probes to search it with: `probes` when given, else the
     fewest that reach `recall` on a sample of the queries (`ann.calibrate_probes`)."""
-    from cmlm_tf.evaluation import ann
-
     index = ann.build_index(keys, backend)
     if probes is None:
         probes, measured = ann.calibrate_probes(queries, keys, k, index, target=recall,
@@ -129,7 +138,7 @@ def make_search(index: str, backend: str, probes: Optional[int] = None,
                 progress: Optional[SearchProgress] = None) -> mining.Search:
     """The in-process search of one side: exact blocks, the flat product, or an index built
     on the keys."""
-    from cmlm_tf.evaluation import ann, knn
+    from cmlm_tf.evaluation import knn
 
     sides = iter(("forward", "backward"))
 
@@ -147,6 +156,7 @@ def make_search(index: str, backend: str, probes: Optional[int] = None,
             part = functools.partial(ann.top_k, index=built, probes=used, candidates=chosen)
         if progress is None:
             return part(queries, keys, k)
+        progress.side_started()
         result = _in_parts(part, progress)(queries, keys, k)
         progress.side_done(queries.shape[0])
         return result
@@ -169,8 +179,8 @@ def describe_index(index: str, backend: str) -> str:
 class SearchSettings:
     """How `mine_vectors` searches: the margin's neighbours and kind, the index (`auto`,
     `exact`, `flat` or `ann`) and an index's settings (None: the defaults of
-    `cmlm_tf.evaluation.ann`), and for a Beam run its work folder (default: a temporary
-    folder beside `output`, the pairs file)."""
+    `cmlm_tf.evaluation.ann`), and for a Beam run the folder its work folder goes in
+    (default: the folder of `output`, the pairs file; see `_search_on_beam`)."""
 
     k: int
     margin: str
@@ -183,6 +193,37 @@ class SearchSettings:
     output: str = ""
 
 
+def _say(line: str) -> None:
+    print(f"mine: {line}", file=sys.stderr, flush=True)
+
+
+def _search_here(settings: SearchSettings, index: str, src_vectors, tgt_vectors
+                 ) -> mining.MinedPairs:
+    """`mine_vectors`' search in this process, with progress lines."""
+    progress = SearchProgress(len(src_vectors) + len(tgt_vectors))
+    if index == "flat":
+        from cmlm_tf.scale import flat_search
+
+        def search_both(src, tgt, k):
+            return ann.keep_recall(src, tgt, flat_search.top_k_both(src, tgt, k, report=progress),
+                                   settings.recall or ann.DEFAULT_RECALL, _say, "flat")
+
+        return mining.max_retrieval(mining.margin_candidates(
+            src_vectors, tgt_vectors, settings.k, settings.margin, search_both=search_both))
+    search = make_search(index, settings.backend, settings.probes, settings.candidates,
+                         settings.recall, progress)
+    if index == "ann":
+        def search_both(src, tgt, k):  # each direction's index, then what they kept
+            found = search(src, tgt, min(k, len(tgt))), search(tgt, src, min(k, len(src)))
+            return ann.keep_recall(src, tgt, found, settings.recall or ann.DEFAULT_RECALL,
+                                   _say)
+
+        return mining.max_retrieval(mining.margin_candidates(
+            src_vectors, tgt_vectors, settings.k, settings.margin, search_both=search_both))
+    return mining.max_retrieval(mining.margin_candidates(
+        src_vectors, tgt_vectors, settings.k, settings.margin, search=search))
+
+
 def mine_vectors(settings: SearchSettings, src_vectors, tgt_vectors, beam_args: Sequence[str],
                  stage: Callable[[str], None]) -> mining.MinedPairs:
     """Margin-scored pairs of two vector sets, searched here or on Beam (with `beam_args`,
@@ -191,22 +232,32 @@ def mine_vectors(settings: SearchSettings, src_vectors, tgt_vectors, beam_args: 
 
     src_vectors, tgt_vectors = unit_rows(src_vectors), unit_rows(tgt_vectors)
     index = choose_index(settings.index, len(src_vectors), len(tgt_vectors), settings.backend)
+    fewest = min(len(src_vectors), len(tgt_vectors))
+    if index == "ann" and fewest < ann.MIN_KEYS:
+        print(f"mine: an index needs at least {ann.MIN_KEYS} vectors a side to train on and "
+              f"one side has {fewest}: searching exactly instead", file=sys.stderr, flush=True)
+        index = "exact"
+    if index == "ann" and len(src_vectors) * len(tgt_vectors) <= FLAT_ABOVE:
+        print(f"mine: warning: --index ann on {len(src_vectors):,} × {len(tgt_vectors):,} "
+              "sentences is slower than the exact search, which --index auto picks up to "
+              f"{FLAT_ABOVE:,} candidate pairs; searching with the index as asked",
+              file=sys.stderr, flush=True)
     stage(f"k-NN search ({describe_index(index, settings.backend)}"
           f"{', on Beam' if beam_args else ''}) and {settings.margin} margin scoring, "
           f"k={settings.k}")
     if not beam_args:
-        progress = SearchProgress(len(src_vectors) + len(tgt_vectors))
-        if index == "flat":
-            from cmlm_tf.scale import flat_search
+        # XLA's C++ lines ("Compiled cluster using XLA!") pass TF_CPP_MIN_LOG_LEVEL.
+        with tf_logs.filtered_cpp_logs():
+            return _search_here(settings, index, src_vectors, tgt_vectors)
+    return _search_on_beam(settings, index, src_vectors, tgt_vectors, beam_args)
 
-            return mining.max_retrieval(mining.margin_candidates(
-                src_vectors, tgt_vectors, settings.k, settings.margin,
-                search_both=functools.partial(flat_search.top_k_both, report=progress)))
-        search = make_search(index, settings.backend, settings.probes, settings.candidates,
-                             settings.recall, progress)
-        return mining.max_retrieval(mining.margin_candidates(
-            src_vectors, tgt_vectors, settings.k, settings.margin, search=search))
-    from cmlm_tf.evaluation import ann
+
+def _search_on_beam(settings: SearchSettings, index: str, src_vectors, tgt_vectors,
+                    beam_args: Sequence[str]) -> mining.MinedPairs:
+    """`mine_vectors`' search as a Beam pipeline, in a work folder of its own
+    (`WORK_PREFIX<host>-<pid>-<random>`, `cmlm_tf.output_folders.work_folder`) inside
+    `--work_dir`, or beside the output: only that folder is removed afterwards, and the
+    `--work_dir` itself only when this run made it."""
     from cmlm_tf.scale import options
 
     with options.quiet_beam_import():
@@ -215,11 +266,36 @@ def mine_vectors(settings: SearchSettings, src_vectors, tgt_vectors, beam_args: 
     spec = beam_knn.SearchSpec(index=index, backend=settings.backend,
                                candidates=settings.candidates or ann.DEFAULT_CANDIDATES,
                                probes=settings.probes, recall=settings.recall or ann.DEFAULT_RECALL)
-    work_dir = settings.work_dir or tempfile.mkdtemp(
-        prefix=".mine-work-", dir=os.path.dirname(os.path.abspath(settings.output)))
-    found = beam_knn.search_both_sides(src_vectors, tgt_vectors, settings.k, spec, work_dir,
-                                       beam_args)
+    parent = work_parent(settings)
+    if "://" in parent:
+        work_dir, parent_made = output_folders.remote_work_folder(parent, WORK_PREFIX), False
+    else:
+        parent_made = settings.work_dir is not None and not os.path.exists(parent)
+        work_dir = output_folders.work_folder(parent, WORK_PREFIX)
+    try:
+        found = beam_knn.search_both_sides(src_vectors, tgt_vectors, settings.k, spec,
+                                           work_dir, beam_args)
+    finally:
+        if "://" not in parent:
+            output_folders.remove_work(work_dir, parent, parent_made)
+    if index in ("flat", "ann"):
+        found = [array for side in ann.keep_recall(
+            src_vectors, tgt_vectors, (found[:2], found[2:]),
+            settings.recall or ann.DEFAULT_RECALL, _say, index) for array in side]
     return mining.max_retrieval(mining.margin_scores(*found, kind=settings.margin))
+
+
+def work_parent(settings: SearchSettings) -> str:
+    """Where a Beam search makes its work folder: `--work_dir`, else the output's folder."""
+    return settings.work_dir or os.path.dirname(os.path.abspath(settings.output))
+
+
+def remove_dead_work(settings: SearchSettings) -> None:
+    """Removes, with a warning, the work folders that killed runs left where this run would
+    make its own (`output_folders.remove_dead_work`)."""
+    for note in output_folders.remove_dead_work(work_parent(settings), WORK_PREFIX,
+                                                "a mine run"):
+        print(f"mine: warning: {note}", file=sys.stderr, flush=True)
 
 
 def texts_of_rows(table, rows) -> dict:

@@ -2,7 +2,8 @@
 
 What the CPU is (`cpu_model`, `cpu_flags`, `describe_cpu` for the speed figures of
 benchmarks), whether it multiplies bfloat16 natively (`native_bfloat16`; a warning, once, when
-`precision='bfloat16'` would run emulated), and TensorFlow's thread pools, set before its
+`precision='bfloat16'` would run emulated), whether oneDNN's int8 matmul runs
+(`int8_matmul_runs`), and TensorFlow's thread pools, set before its
 runtime starts (`apply_thread_settings`). TensorFlow is imported only where it is asked.
 """
 
@@ -75,6 +76,31 @@ def warn_if_bfloat16_is_emulated() -> bool:
     warn_once("precision='bfloat16': this CPU has neither AVX512_BF16 nor AMX, so "
               "TensorFlow emulates bfloat16 and it runs slower than float32 here; use "
               "precision='float32'")
+    return True
+
+
+@functools.cache
+def int8_matmul_runs() -> bool:
+    """Whether oneDNN's int8 matmul (`QuantizedMatMulWithBiasAndDequantize`, which the int8
+    serving model runs) runs here, asked once per process with one tiny call.
+
+    The call runs in a graph, as a SavedModel runs it: with TF_ENABLE_ONEDNN_OPTS=0 the
+    eager kernel still runs, but a graph has no output for it ("Missing 0-th output").
+    """
+    import tensorflow as tf
+
+    @tf.function
+    def product():
+        return tf.raw_ops.QuantizedMatMulWithBiasAndDequantize(
+            a=tf.zeros([1, 4], tf.quint8), b=tf.zeros([4, 2], tf.qint8), bias=tf.zeros([2]),
+            min_a=0.0, max_a=1.0, min_b=-1.0, max_b=1.0, min_freezed_output=-1.0,
+            max_freezed_output=1.0, Toutput=tf.float32, input_quant_mode="SCALED")
+
+    try:
+        product().numpy()
+    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
+            tf.errors.UnimplementedError, tf.errors.InternalError):
+        return False
     return True
 
 

@@ -19,7 +19,7 @@ import os
 import shutil
 from typing import Optional
 
-from cmlm_tf import config_files, configs, disk, run_dir, staged_folder
+from cmlm_tf import config_files, configs, disk, output_folders, run_dir, staged_folder
 
 WARM_START_FILE = "warm_start.yaml"
 SOURCE_FILE = "source.json"
@@ -35,23 +35,15 @@ class ImportFolderError(ValueError):
 
 def check_output(output_dir: str, overwrite: bool) -> str:
     """The absolute `output_dir` once it may be written: it does not exist, or `overwrite`
-    is set and it is an import folder (or empty). Restores or removes, with a warning, what
-    an interrupted import left beside it."""
+    is set and it is an import folder (or empty; `output_folders.check_output`). Restores
+    or removes, with a warning, what an interrupted import left beside it."""
     output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     with run_dir.folder_lock(parent):
         staged_folder.remove_stale(output_dir, "import")
-    if not os.path.lexists(output_dir):
-        return output_dir
-    if not overwrite:
-        raise FileExistsError(f"{output_dir}: already exists (pass --overwrite to replace it)")
-    if not os.path.isdir(output_dir) or (
-            os.listdir(output_dir)
-            and not os.path.exists(os.path.join(output_dir, WARM_START_FILE))):
-        raise FileExistsError(f"{output_dir}: exists and is not an import folder (no "
-                              f"{WARM_START_FILE}); --overwrite replaces only an import "
-                              "folder: remove it yourself or choose another --output_dir")
+    output_folders.check_output(output_dir, "--output_dir", marker=WARM_START_FILE,
+                                what="an import folder", overwrite=overwrite)
     return output_dir
 
 

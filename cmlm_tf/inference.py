@@ -29,13 +29,13 @@ from cmlm_tf.export_metadata import (  # noqa: F401  (the others: read here by c
     read_metadata,
     serving_model_dir,
 )
-from cmlm_tf.host import apply_thread_settings, warn_if_bfloat16_is_emulated
+from cmlm_tf.host import apply_thread_settings, int8_matmul_runs, warn_if_bfloat16_is_emulated
 from cmlm_tf.vectors import l2_normalize_array
 
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]
 
 # Texts are tokenised this many batches at a time, then sorted by token count.
-_TOKENIZE_BATCHES = 16
+TOKENIZE_BATCHES = 16
 
 
 def as_texts(texts) -> List[bytes]:
@@ -258,7 +258,7 @@ class SentenceEncoderModel:
         # Texts are tokenised a chunk of batches at a time (by character length), then each
         # chunk is batched by token count.
         for chunk_index in sorted_batches([len(s) for s in strings],
-                                          batch_size * _TOKENIZE_BATCHES):
+                                          batch_size * TOKENIZE_BATCHES):
             tokens = self._serving.tokenize(tf.constant([strings[i] for i in chunk_index]))
             arrays = [tokens[key].numpy()
                       for key in ("input_word_ids", "input_mask", "input_type_ids")]
@@ -334,15 +334,20 @@ def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     metadata = read_metadata(export_dir)
+    # From the files, before TensorFlow starts: a precision the export lacks is said at once.
+    serving_dir = serving_model_dir(export_dir, metadata, precision)
+    if not os.path.exists(os.path.join(serving_dir, "saved_model.pb")):
+        raise FileNotFoundError(f"{serving_dir}/saved_model.pb: not found")
     threads = apply_thread_settings(intra_op_threads, inter_op_threads)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     if precision == "bfloat16":
         warn_if_bfloat16_is_emulated()
-    serving_dir = serving_model_dir(export_dir, metadata, precision)
-    if not os.path.exists(os.path.join(serving_dir, "saved_model.pb")):
-        raise FileNotFoundError(f"{serving_dir}/saved_model.pb: not found")
+    if precision == "int8" and not int8_matmul_runs():
+        raise ValueError(f"{export_dir}: precision='int8' needs TensorFlow's oneDNN int8 "
+                         "matmul, which does not run here (is TF_ENABLE_ONEDNN_OPTS=0 set, or "
+                         "is this not an x86-64 build?); use precision='float32'")
     try:
         serving = tf.saved_model.load(serving_dir)
     except (tf.errors.OpError, ValueError, IndexError, OSError) as e:

@@ -12,21 +12,17 @@ removed, with a warning (`remove_stale`).
 
 import json
 import os
-import re
 import shutil
 import socket
 import sys
 import tempfile
-import time
 from typing import List, Optional
 
-from cmlm_tf import run_dir
+from cmlm_tf import output_folders, run_dir
 
 # In every staging folder: which process writes it, so a later writer can tell a folder an
 # interrupted one left behind from one that another process is writing now.
 OWNER_FILE = ".cmlm_tf_export_owner"
-# A staging folder without its owner file younger than this may be one being created.
-_YOUNG_SECONDS = 60
 
 
 def owned_tempdir(target: str, infix: str = ".tmp-") -> str:
@@ -34,8 +30,8 @@ def owned_tempdir(target: str, infix: str = ".tmp-") -> str:
     may become the published folder, which other users, a model server's say, must be able
     to read)."""
     # The name says who writes it too, for a writer killed before its owner file is whole.
-    folder = tempfile.mkdtemp(prefix=f"{os.path.basename(target)}{infix}{_writer()}-",
-                              dir=os.path.dirname(target))
+    prefix = f"{os.path.basename(target)}{infix}{output_folders.writer_tag()}-"
+    folder = tempfile.mkdtemp(prefix=prefix, dir=os.path.dirname(target))
     umask = os.umask(0o022)
     os.umask(umask)
     try:
@@ -48,43 +44,31 @@ def owned_tempdir(target: str, infix: str = ".tmp-") -> str:
     return folder
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:24] or "host"
-
-
-def _writer() -> str:
-    return f"{_host()}-{os.getpid()}"
-
-
-def _owner_from_name(suffix: str) -> Optional[dict]:
-    """The owner a staging folder's name records (`.tmp-<host>-<pid>-<random>`), as the
-    owner file has it, or None when the name is not of this host's form."""
-    match = re.match(r"^\.(?:tmp|old)-([A-Za-z0-9]+)-(\d+)-", suffix)
-    if match is None or match.group(1) != _host():
+def _owner_file(folder: str) -> Optional[dict]:
+    """The writer a staging folder's owner file records, or None (no file yet, or damaged)."""
+    try:
+        with open(os.path.join(folder, OWNER_FILE), encoding="utf-8") as f:
+            owner = json.load(f)
+    except (OSError, ValueError):
         return None
-    return {"pid": int(match.group(2)), "host": socket.gethostname()}
+    return owner if isinstance(owner, dict) else None
 
 
 def stale_staging(target: str) -> List[str]:
-    """The names of `target`'s `.tmp-*` / `.old-*` siblings whose writing process (on this
-    host) is gone: what an interrupted writer leaves behind."""
+    """The names of `target`'s `.tmp-*` / `.old-*` siblings whose writing process is gone
+    (`output_folders.writer_gone`: its owner file, else its name, says which process it
+    was): what an interrupted writer leaves behind."""
     parent, base = os.path.split(target)
     stale = []
     for name in sorted(os.listdir(parent)):
-        if not (name.startswith(base + ".tmp-") or name.startswith(base + ".old-")):
+        infix = next((infix for infix in (".tmp-", ".old-")
+                      if name.startswith(base + infix)), None)
+        if infix is None:
             continue
         folder = os.path.join(parent, name)
-        try:
-            with open(os.path.join(folder, OWNER_FILE), encoding="utf-8") as f:
-                owner = json.load(f)
-        except (OSError, ValueError):
-            owner = _owner_from_name(name[len(base):])
-        if owner is None and time.time() - os.path.getmtime(folder) < _YOUNG_SECONDS:
-            continue  # just created by a writer of unknown name: its owner file is coming
-        if isinstance(owner, dict) and (owner.get("host") != socket.gethostname()
-                                        or run_dir.pid_alive(int(owner.get("pid", -1)))):
-            continue
-        stale.append(name)
+        if output_folders.writer_gone(folder, name[len(base) + len(infix):],
+                                      _owner_file(folder)):
+            stale.append(name)
     return stale
 
 

@@ -453,6 +453,12 @@ def load_script(relative_path: str):
     return module
 
 
+def imported_modules(importtime_err: str) -> set:
+    """The modules a `python -X importtime` child reported importing (its stderr)."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_err.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
 def one_error_line(err: str) -> str:
     """The `error:` line that ends a command's stderr: one, and no traceback (the lines
     before it are progress lines such as `cmlm_tf.progress.Stages`' or `encoding N sentences`)."""

@@ -72,3 +72,21 @@ def test_numbers_without_a_dot_in_overrides_are_numbers():
     with pytest.raises(ValueError, match="layer_norm_epsilon must be a number"):
         train.build_params("cmlm_tf/bitext",
                            params_override="task.model.encoder.layer_norm_epsilon=tiny")
+
+
+def test_a_value_given_to_a_block_of_settings_is_refused_naming_the_field(capsys):
+    """`task.model.encoder=5` would replace the encoder's block with a number, and training
+    would fail later, far from the flag."""
+    from cmlm_tf.commands import common, train
+
+    assert common.run_main(lambda: train.build_params(
+        "cmlm_tf/cmlm", ["cmlm_tiny"], "task.model.encoder=5")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("error: --params_override: task.model.encoder is a block of "
+                          "settings, not a value (got 5)")
+    assert "task.model.encoder.hidden_size" in err or "hidden_size" in err
+    # Its fields can still be set, and a block given as a mapping still works.
+    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"],
+                                "task.model.encoder.num_layers=1")
+    assert params.task.model.encoder.num_layers == 1

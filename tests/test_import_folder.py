@@ -89,8 +89,11 @@ def test_an_existing_output_dir_is_refused_without_overwrite(tmp_path, imported,
     before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert import_model.main(["--import_dir", str(NEW_MODEL), "--output_dir", str(out)]) == 2
     line = _error_line(capsys.readouterr().err)
-    assert str(out) in line and "--overwrite" in line
-    if existing == "export":  # --overwrite replaces only an import folder
+    assert str(out) in line
+    # --overwrite is suggested only for an import folder: it replaces nothing else.
+    assert ("--overwrite" in line) == (existing == "import"), line
+    if existing == "export":
+        assert "(an export), not an import folder written by cmlm_tf" in line, line
         assert import_model.main(["--import_dir", str(NEW_MODEL), "--output_dir", str(out),
                                   "--overwrite"]) == 2
         assert "not an import folder" in _error_line(capsys.readouterr().err)

@@ -369,3 +369,51 @@ def test_eight_threads_on_serving_default_give_each_sentence_its_own_vector(tiny
         return signature(sentences=tf.constant(texts))["embeddings"].numpy()
 
     _check_threads(embed, _alone(embed))
+
+
+def test_int8_without_onednn_is_refused_at_load(tmp_path):
+    """With TF_ENABLE_ONEDNN_OPTS=0 the int8 matmul runs eagerly but not in a graph: `load`
+    refuses the precision before any request, in one line."""
+    import json
+    import os
+
+    from cmlm_tf import export_metadata
+    from tests.conftest import cli_env, run_child
+
+    (tmp_path / export_metadata.METADATA_FILE).write_text(json.dumps({
+        "format_version": export_metadata.FORMAT_VERSION, "dim": 4,
+        "serving_models": {"int8": {"folder": "serving_int8/1"}}}), encoding="utf-8")
+    (tmp_path / "serving_int8" / "1").mkdir(parents=True)
+    (tmp_path / "serving_int8" / "1" / "saved_model.pb").write_bytes(b"")  # never read
+    result = run_child("int8_load", tmp_path, env={**cli_env(), "TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert result.returncode == 0, result.stderr
+    runs, error = result.stdout.strip().splitlines()[-2:]
+    assert runs == "False"
+    assert "precision='int8'" in error and "TF_ENABLE_ONEDNN_OPTS=0" in error
+    assert os.path.basename(str(tmp_path)) in error
+
+
+def test_a_precision_the_export_lacks_is_refused_before_tensorflow_starts(tmp_path):
+    """`load(precision="int8")` on an export without `serving_int8/1`: said from the files,
+    before TensorFlow is imported (`python -X importtime` lists every import)."""
+    import json
+    import subprocess
+    import sys
+
+    from cmlm_tf.export_metadata import FORMAT_VERSION, METADATA_FILE
+    from tests.conftest import imported_modules, subprocess_env
+
+    (tmp_path / "serving" / "1").mkdir(parents=True)
+    (tmp_path / "serving" / "1" / "saved_model.pb").write_bytes(b"")
+    (tmp_path / METADATA_FILE).write_text(json.dumps({
+        "format_version": FORMAT_VERSION,
+        "serving_models": {"float32": {"folder": "serving/1"}}}), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "tests.export.children",
+                           "load_refused", str(tmp_path), "int8"], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and lines == [
+        f"error: {tmp_path}: the export has no int8 model (serving_int8/1); export it again "
+        "with --int8"], done.stderr[-2000:]
+    imported = imported_modules(done.stderr)
+    assert "cmlm_tf.inference" in imported and "tensorflow" not in imported

@@ -93,3 +93,33 @@ def test_import_leaves_a_log_level_the_user_set():
     # Level 0 shows TensorFlow's INFO lines, each naming its C++ source file.
     assert "tensorflow/" in result.stderr or "xla/" in result.stderr, result.stderr[-2000:]
 
+
+def test_scale_doc_names_the_protobuf_and_pyarrow_bounds_of_apache_beam():
+    """docs/scale.md says why the scale extra downgrades protobuf and pyarrow: the bounds it
+    names are those of the installed apache-beam (its wheel's metadata), the Beam line is
+    setup.py's, and the base install pins neither."""
+    import re
+    from importlib import metadata
+
+    import pytest
+    from packaging.requirements import Requirement
+
+    try:
+        beam_requires = metadata.requires("apache-beam")
+    except metadata.PackageNotFoundError:
+        pytest.skip("the scale extra (pip install -e '.[scale]')")
+    doc = (REPO_DIR / "docs" / "scale.md").read_text(encoding="utf-8")
+    setup_py = (REPO_DIR / "setup.py").read_text(encoding="utf-8")
+    beam_line = re.search(r'"apache-beam~=([\d.]+)"', setup_py).group(1)
+    assert f"apache-beam {beam_line} (the extra's `apache-beam~={beam_line}`)" in doc
+    base = setup_py[setup_py.index("install_requires"):setup_py.index("extras_require")]
+    named = re.search(r"requires\s+`protobuf<(\d+)`\s+and\s+`pyarrow<(\d+)`", doc)
+    assert named, "docs/scale.md: no 'requires `protobuf<N>` and `pyarrow<M>`'"
+    bounds = {"protobuf": int(named[1]), "pyarrow": int(named[2])}
+    for requirement in map(Requirement, beam_requires):
+        if requirement.name in bounds and requirement.marker is None:
+            bound = bounds.pop(requirement.name)
+            assert not requirement.specifier.contains(f"{bound}.0.0", prereleases=True)
+            assert requirement.specifier.contains(f"{bound - 1}.999"), requirement
+            assert f'"{requirement.name}' not in base
+    assert not bounds, f"apache-beam does not bound {sorted(bounds)}"

@@ -116,3 +116,27 @@ def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     assert [path.rsplit("/", 1)[-1] for path in read] == ["bible_en_es_heldout.tsv",
                                                            "bible_en_es.tsv"]
 
+
+
+def test_minilm_recipe_fine_tunes_the_import_on_the_bundled_verses(tmp_path, monkeypatch,
+                                                                    minilm_hf_dir):
+    """`minilm_bitext_verses` over the `warm_start.yaml` of an all-MiniLM-L6-v2 import, as
+    the README stacks them: the import's weights and shape, the bundled verses for training,
+    and one evaluation, at the end, on the held-out verses (in-batch and among all pairs).
+    The training path itself (import, warm start, bitext steps) is
+    tests/model_import/test_hf_bert.py's fine-tune of an imported stand-in."""
+    from cmlm_tf.commands import train
+    from cmlm_tf.model_import import hf_bert
+
+    monkeypatch.chdir(REPO_DIR)
+    warm_start = hf_bert.convert(str(minilm_hf_dir), str(tmp_path / "all-MiniLM-L6-v2"))
+    params = train.build_params("cmlm_tf/bitext", [warm_start, "minilm_bitext_verses"])
+    task, trainer = params.task, params.trainer
+    assert task.init_checkpoint == str(tmp_path / "all-MiniLM-L6-v2" / "encoder")
+    assert (task.model.encoder.hidden_size, task.model.encoder.num_layers,
+            task.model.encoder.vocab_size) == (384, 6, 30522)
+    heldout = "cmlm_tf/data/corpus/bible_en_es_heldout.tsv"
+    assert task.train_data.input_path == "cmlm_tf/data/corpus/bible_en_es.tsv"
+    assert task.validation_data.input_path == heldout
+    assert list(task.dev_retrieval_files) == [heldout]
+    assert trainer.validation_interval == trainer.train_steps

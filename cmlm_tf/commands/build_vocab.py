@@ -44,6 +44,7 @@ BGT's pairs).
 """
 
 import argparse
+import glob
 import os
 import sys
 from collections.abc import Sequence
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns 0, or 2 after printing `error: ...` to stderr."""
     args = build_parser().parse_args(argv)
+    from cmlm_tf import output_folders
     from cmlm_tf.vocab import sentencepiece, wordpiece
     from cmlm_tf.vocab.counts import VocabError
 
@@ -92,6 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.path.isdir(out_dir):
         print(f"error: --output {args.output!r}: folder {out_dir!r} does not exist",
               file=sys.stderr)
+        return 2
+    try:
+        output_folders.check_apart(args.output, "--output", {"--input": [
+            path for pattern in args.input for path in glob.glob(pattern) or [pattern]]})
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if args.type == "sentencepiece":
         if args.smoothing_exponent is not None:

@@ -138,6 +138,9 @@ def main(argv=None) -> int:
     languages = [name.strip() for name in args.languages.split(",") if name.strip()]
 
     def body():
+        from cmlm_tf import output_folders
+
+        output_folders.check_apart(args.output, "output", {"input": args.input})
         counts = convert(args.input, args.output, args.by_language, languages or None)
         print(f"{counts['written']} examples written to {counts['files']} file(s); "
               f"{counts['dropped']} rows dropped")

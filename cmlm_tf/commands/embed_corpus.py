@@ -9,7 +9,9 @@ empty and undecodable lines are skipped and counted (`cmlm_tf.scale.corpus_lines
 the folder OUT of Parquet shards (source, line, embedding) and a manifest written last
 (`cmlm_tf.scale.embedding_files`; read it with `read_embeddings("OUT")` or pandas). OUT
 appears complete or not at all. Without `--runner` the job runs on this machine, one worker
-process per core, and prints its progress every 10 s; any other Beam runner takes its own
+process per core, and prints its progress every 10 s; what else is written to stderr
+meanwhile (Beam's and the workers' lines) goes to a log that the error line of a failed run
+names, and Ctrl-C prints one line. Any other Beam runner takes its own
 flags (`--runner=DataflowRunner --project ... --region ... --temp_location gs://...`). Needs
 the `scale` extra: `pip install -e ".[scale]"`.
 """
@@ -20,6 +22,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from cmlm_tf import output_folders
 from cmlm_tf.commands import common
 from cmlm_tf.did_you_mean import closest
 from cmlm_tf.scale import corpus_lines, embedding_files, folders
@@ -104,6 +107,8 @@ def import_embed():
 def run(args, beam_args: Sequence[str]) -> int:
     """Checks the arguments, embeds, prints the summary; 1 if the pipeline failed."""
     check_arguments(args)
+    output_folders.check_apart(args.output, "--output", {"--model": args.model, "--input": [
+        path for pattern in args.input for path in glob.glob(pattern)]})
     try:
         notes = embedding_files.check_output(args.output, args.overwrite)
     except embedding_files.EmbeddingFilesError as error:

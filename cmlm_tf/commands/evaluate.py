@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from cmlm_tf import output_folders
 from cmlm_tf.commands import common
 from cmlm_tf.evaluation import mining, readers
 
@@ -243,6 +244,19 @@ def _input_files(args) -> Dict[str, object]:
     return {name: getattr(args, name) for name in names if getattr(args, name, None)}
 
 
+def check_outputs(args) -> None:
+    """Refuses a `--output` or `--save_pcr` that is one of the inputs, inside or around one
+    (`output_folders.check_apart`): writing it would replace the input."""
+    inputs = {f"--{name}": value for name, value in _input_files(args).items()
+              if name not in ("format", "langs", "input")}
+    inputs.update({"--model": args.model, "--pcr_file": getattr(args, "pcr_file", None)})
+    if getattr(args, "input", None):
+        inputs["--input"] = [path for _, path in parse_language_files(args.input)]
+    for flag in ("--output", "--save_pcr"):
+        if getattr(args, flag[2:], None):
+            output_folders.check_apart(getattr(args, flag[2:]), flag, inputs)
+
+
 def _pcr_summary(args) -> Dict[str, object]:
     if args.task == "pcr":
         return {"mode": "fitted", "saved_to": args.save_pcr}
@@ -296,6 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     common.check_input_paths(parser, {"--model": args.model})
 
     def body():
+        check_outputs(args)
         report = run(args)
         print(format_table(report))
         if args.output:

@@ -7,7 +7,9 @@ r"""Command line of the exporter.
 `--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
 `cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
 `--import_dir`) imports a Hugging Face / sentence-transformers folder, a TF Hub BERT encoder or
-a BERT checkpoint on the fly. Arguments are checked before TensorFlow is imported.
+a BERT checkpoint on the fly. Arguments are checked before TensorFlow is imported, and so is
+`--export_dir`: `--overwrite` replaces only an export (`cmlm_tf.output_folders`), never a
+source, and an export up to date with the checkpoint and the flags is kept as it is.
 """
 
 import argparse
@@ -15,7 +17,7 @@ import os
 import sys
 
 # Standard library only at import time: errors in the arguments come before TensorFlow.
-from cmlm_tf.export import export_lib, source
+from cmlm_tf.export import export_lib, source, staging
 
 
 def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentParser:
@@ -67,6 +69,10 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         parser.error(f"--seq_length must be at least 3, got {args.seq_length}")
 
     def body():
+        # From the files, before TensorFlow starts: an output it may not write, or an input.
+        staging.check_export_dir(args.export_dir, model_dir=args.model_dir, hf_dir=args.hf_dir,
+                                 checkpoint=args.checkpoint)
+        staging.check_replaceable(args.export_dir, args.overwrite)
         # Said at once (the export itself takes seconds to minutes, and ends with its path).
         print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
         stage = progress.Stages("export")  # its timer runs from here: TensorFlow loads slowly
@@ -80,8 +86,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
                                                 args.checkpoint, options)
                 if current is not None:
                     print(f"{args.export_dir} is up to date with {current} of "
-                          f"{args.model_dir}: nothing to export (remove it, or change a "
-                          "flag, to export again)")
+                          f"{args.model_dir}: kept as it is (--overwrite exports again "
+                          "once the checkpoint or a flag has changed)")
                     return
             path = export_lib.export(args.export_dir, model_dir=args.model_dir,
                                      checkpoint=args.checkpoint, encoder_key=args.encoder_key,

@@ -26,14 +26,15 @@ process, on every core.
 
 import argparse
 import glob
+import math
 import os
 import sys
 from typing import Optional, Sequence
 
-from cmlm_tf import corpus_mining, progress
+from cmlm_tf import corpus_mining, output_folders, progress
 from cmlm_tf.commands import common
 from cmlm_tf.corpus_mining import ANN_ABOVE, FLAT_ABOVE
-from cmlm_tf.evaluation import mining, readers
+from cmlm_tf.evaluation import ann, mining, readers
 
 INDEXES = ("auto", "exact", "flat", "ann")
 ANN_BACKENDS = ("faiss", "scann")
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "(python -m cmlm_tf.embed_corpus) instead of "
                                               "encoding --src")
     parser.add_argument("--tgt_vectors", help="the target side's embeddings folder")
+    parser.add_argument("--allow_different_models", action="store_true",
+                        help="mine --src_vectors and --tgt_vectors whose manifests name "
+                             "different models (default: refused; their spaces differ)")
     parser.add_argument("--threshold", type=float,
                         help="keep pairs scoring at least this (default: keep all)")
     parser.add_argument("--margin", choices=mining.MARGINS, default="ratio")
@@ -72,12 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with an index: partitions searched per query (default: the "
                              "fewest, from 32 up by half, that reach --recall on a sample)")
     search.add_argument("--recall", type=float, default=None,
-                        help="with an index and no --probes: the recall@k to reach on 1,000 "
-                             "sampled queries, against the exact search (default 0.985)")
+                        help="with an index and no --probes, or flat: the recall@k to reach "
+                             "on 1,000 sampled queries a side, against the exact search "
+                             f"(default {ann.DEFAULT_RECALL}); below it, after the search, "
+                             "both sides are searched exactly")
     search.add_argument("--candidates", type=int, default=None,
                         help="with an index: keys re-scored exactly per query (default 32)")
-    search.add_argument("--work_dir", help="with Beam options: a folder every worker reads "
-                                           "(default: a temporary folder beside --output)")
+    search.add_argument("--work_dir", help="with Beam options: a folder every worker reads, "
+                                           "where the run makes its own work folder and "
+                                           "removes it afterwards (default: beside --output)")
     common.add_pcr_arguments(parser)
     return parser
 
@@ -88,12 +95,22 @@ def check_arguments(args, beam_args: Sequence[str]) -> None:
         raise common.UsageError(f"--k must be positive, got {args.k}")
     if args.batch_size <= 0:
         raise common.UsageError(f"--batch_size must be positive, got {args.batch_size}")
+    if args.threshold is not None and not math.isfinite(args.threshold):
+        raise common.UsageError(f"--threshold must be a finite number, got {args.threshold}")
+    if args.index == "ann":
+        try:
+            ann.check_backend(args.ann_backend)
+        except ann.MissingBackendError as error:
+            raise common.UsageError(f"--index ann: {error}") from None
     if args.save_pcr and not args.pcr:
         raise common.UsageError("--save_pcr needs --pcr (there is nothing fitted to save)")
     if (args.src_vectors is None) != (args.tgt_vectors is None):
         raise common.UsageError("--src_vectors and --tgt_vectors go together")
     if args.src_vectors is None and not args.model:
         raise common.UsageError("--model is required (or give --src_vectors and --tgt_vectors)")
+    if args.allow_different_models and args.src_vectors is None:
+        raise common.UsageError("--allow_different_models applies to --src_vectors and "
+                                "--tgt_vectors")
     if args.src_vectors is not None and args.model:
         raise common.UsageError("--model and --src_vectors/--tgt_vectors are exclusive: the "
                              "vectors are already computed")
@@ -105,8 +122,10 @@ def check_arguments(args, beam_args: Sequence[str]) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1 and flag != "recall":
             raise common.UsageError(f"--{flag} must be positive, got {value}")
-        if value is not None and args.index in ("exact", "flat"):
-            raise common.UsageError(f"--{flag} applies to --index ann (or auto)")
+        refused = ("exact",) if flag == "recall" else ("exact", "flat")
+        if value is not None and args.index in refused:
+            raise common.UsageError(f"--{flag} applies to --index ann (or auto"
+                                    f"{', flat' if flag == 'recall' else ''})")
     if args.work_dir and not beam_args:
         raise common.UsageError("--work_dir applies to a Beam run (give Beam options, e.g. "
                              "--runner=DirectRunner)")
@@ -142,6 +161,36 @@ def texts_of_rows(table, rows, pattern: str, flag: str) -> dict:
     return corpus_mining.texts_of_rows(table, rows)
 
 
+def read_tables(args) -> list:
+    """The embeddings tables of `--src_vectors` and `--tgt_vectors`, refused in one line
+    when empty, of two widths, or not made from the texts `--src` and `--tgt` name."""
+    from cmlm_tf.scale import embedding_checks, embedding_files
+
+    sides = (("--src_vectors", args.src_vectors, "--src", args.src),
+             ("--tgt_vectors", args.tgt_vectors, "--tgt", args.tgt))
+    tables = []
+    for flag, folder, text_flag, pattern in sides:
+        table = embedding_files.read_embeddings(folder)
+        if not len(table):
+            raise common.UsageError(f"{flag} {folder}: holds no vectors (its texts had no "
+                                    "line to embed); nothing to mine")
+        check_sources(table, pattern, text_flag)
+        embedding_checks.check_texts(table.manifest, folder)
+        note = embedding_checks.missing_fingerprints(table.manifest, folder)
+        if note is not None:
+            print(f"mine: warning: {note}", file=sys.stderr, flush=True)
+        tables.append(table)
+    if not args.allow_different_models:
+        embedding_checks.check_same_model([table.manifest for table in tables],
+                                          [args.src_vectors, args.tgt_vectors])
+    if tables[0].vectors.shape[1] != tables[1].vectors.shape[1]:
+        raise common.UsageError(
+            f"{args.src_vectors} has vectors of dim {tables[0].vectors.shape[1]} "
+            f"and {args.tgt_vectors} of dim {tables[1].vectors.shape[1]}; mine "
+            "vectors of one model")
+    return tables
+
+
 def search_settings(args) -> corpus_mining.SearchSettings:
     """The k-NN search and margin the flags ask for."""
     return corpus_mining.SearchSettings(
@@ -150,27 +199,39 @@ def search_settings(args) -> corpus_mining.SearchSettings:
         work_dir=args.work_dir, output=args.output)
 
 
+def _local_matches(pattern: Optional[str]) -> list:
+    """The local files a path or glob names ([] for a remote one: never written here)."""
+    if not pattern or "://" in pattern:
+        return []
+    return glob.glob(pattern) or [pattern]
+
+
+def check_outputs(args) -> None:
+    """Refuses a `--output` or `--save_pcr` that is one of the inputs, inside or around one
+    (`output_folders.check_apart`): writing it would replace the input."""
+    inputs = {"--src": _local_matches(args.src), "--tgt": _local_matches(args.tgt),
+              "--src_vectors": args.src_vectors, "--tgt_vectors": args.tgt_vectors,
+              "--model": args.model, "--pcr_file": args.pcr_file}
+    output_folders.check_apart(args.output, "--output", inputs)
+    if args.save_pcr:
+        output_folders.check_apart(args.save_pcr, "--save_pcr",
+                                   {**inputs, "--output": args.output})
+
+
 def run(args, beam_args: Sequence[str] = ()) -> int:
     """Mines and writes the pairs; returns how many were written."""
     check_arguments(args, beam_args)
+    check_outputs(args)
+    corpus_mining.remove_dead_work(search_settings(args))
     pcr = common.load_pcr(args.pcr_file)
     common.check_pcr_languages(pcr, [args.src_lang, args.tgt_lang], args.pcr_file)
     stage = progress.Stages("mine")
     try:
         if args.src_vectors is not None:
             from cmlm_tf.evaluation import suite
-            from cmlm_tf.scale import embedding_files
 
             stage(f"reading {args.src_vectors} and {args.tgt_vectors}")
-            tables = [embedding_files.read_embeddings(folder)
-                      for folder in (args.src_vectors, args.tgt_vectors)]
-            check_sources(tables[0], args.src, "--src")
-            check_sources(tables[1], args.tgt, "--tgt")
-            if tables[0].vectors.shape[1] != tables[1].vectors.shape[1]:
-                raise common.UsageError(
-                    f"{args.src_vectors} has vectors of dim {tables[0].vectors.shape[1]} "
-                    f"and {args.tgt_vectors} of dim {tables[1].vectors.shape[1]}; mine "
-                    "vectors of one model")
+            tables = read_tables(args)
             (src_vectors, tgt_vectors), fitted = suite.remove_components(
                 [args.src_lang, args.tgt_lang], [table.vectors for table in tables],
                 fit_pcr=args.pcr, pcr=pcr)
@@ -186,6 +247,10 @@ def run(args, beam_args: Sequence[str] = ()) -> int:
 
             src = readers.read_sentences(args.src, skip_empty=True)
             tgt = readers.read_sentences(args.tgt, skip_empty=True)
+            for flag, path, sentences in (("--src", args.src, src), ("--tgt", args.tgt, tgt)):
+                if not sentences:
+                    raise common.UsageError(f"{flag} {path}: no sentences (every line is "
+                                            "empty); nothing to mine")
             stage(f"loading {args.model}")
             encoder = common.load_encoder(args.model, args.batch_size, stage)
             (src_vectors, tgt_vectors), fitted = suite.embed_languages(

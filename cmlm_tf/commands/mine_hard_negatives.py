@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cmlm_tf import disk
+from cmlm_tf import disk, output_folders
 from cmlm_tf.commands import common
 from cmlm_tf.evaluation import knn, readers
 from cmlm_tf.vectors import unit_rows
@@ -135,6 +135,8 @@ def distinct(texts: Sequence[str]) -> List[str]:
 def run(args) -> Tuple[int, int]:
     """Mines and writes; returns (pairs written, pairs left out)."""
     _check(args)
+    output_folders.check_apart(args.output, "--output", {"--pairs": args.pairs,
+                                                         "--model": args.model})
     sources, targets = readers.read_bitext_tsv(args.pairs)
     candidates = distinct(targets)
     if len(candidates) <= args.num_negatives:

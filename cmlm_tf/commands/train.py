@@ -170,6 +170,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
 
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {MODES}, got {mode!r}")
+    check_evaluable(params, model_dir, mode)
     started = time.perf_counter()
     training = "train" in mode
     lock = lock_run_dir(model_dir, training)
@@ -196,6 +197,25 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
     finally:
         log.__exit__(None, None, None)
         lock.release()
+
+
+def check_evaluable(params, model_dir: str, mode: str) -> None:
+    """Refuses an evaluation of weights no one trained: `--mode=eval` on a `--model_dir`
+    without a checkpoint, unless `task.init_checkpoint` names the weights, and on one that
+    does not exist (the evaluation would create it). One line naming the folder. (A
+    `train_and_eval` trains first: `trainer.train_steps` is at least 1.)"""
+    from cmlm_tf import run_checkpoints, run_dir
+
+    if mode != "eval":
+        return
+    if run_dir.is_local(model_dir) and not os.path.isdir(model_dir):
+        raise ValueError(f"--model_dir {model_dir}: not found; --mode=eval evaluates a "
+                         "training run's checkpoints and never creates its folder")
+    if params.task.init_checkpoint or run_checkpoints.latest_checkpoint(model_dir):
+        return
+    raise ValueError(f"--model_dir {model_dir}: no checkpoint to evaluate, so --mode=eval "
+                     "would report the metrics of untrained weights; train first "
+                     "(--mode=train), or name the weights in task.init_checkpoint")
 
 
 def lock_run_dir(model_dir: str, training: bool):
@@ -303,7 +323,8 @@ def report_finished(model_dir: str, task, trainer, started: float) -> None:
 def main(argv=None) -> int:
     from cmlm_tf.commands import common
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
 
     def body():
         from cmlm_tf import did_you_mean, experiment_registry, packaged_recipes
@@ -320,6 +341,8 @@ def main(argv=None) -> int:
                 + f" (registered: {', '.join(experiment_registry.EXPERIMENTS)})")
         for name in args.config_file:
             packaged_recipes.check_recipe(name)
+        if args.mode == "eval":  # an input here, with a did-you-mean before TensorFlow
+            common.check_input_paths(parser, {"--model_dir": args.model_dir})
         common.console_logging()
         params = build_params(args.experiment, args.config_file, args.params_override,
                               args.tpu)

@@ -1,16 +1,17 @@
 """Where an export is written: beside `OUT` (`OUT.tmp-*`), then swapped into place whole.
 
-An export folder may not overlap its source (`check_export_dir`); the debris of a killed
-export is restored or removed first (`staged_folder`), under a lock of OUT's parent that
-every export of the folder takes; a full disk is one line naming the file
-(`writing`).
+An export folder may not overlap its source (`check_export_dir`), and `--overwrite` replaces
+only an export (`check_replaceable`); the debris of a killed export is restored or removed
+first (`staged_folder`), under a lock of OUT's parent that every export of the folder takes;
+a full disk is one line naming the file (`writing`).
 """
 
 import os
 import shutil
 from typing import Optional
 
-from cmlm_tf import disk, run_dir, staged_folder
+from cmlm_tf import disk, output_folders, run_dir, staged_folder
+from cmlm_tf.export_metadata import METADATA_FILE
 
 # The export's scratch folder inside the staging folder (the checkpoint snapshot, the
 # vocabulary copy, a converted --hf_dir); removed before the swap.
@@ -19,24 +20,20 @@ WORK_DIR = "_work"
 
 def check_export_dir(export_dir: str, **sources: Optional[str]) -> None:
     """Refuses an export folder that is, holds or sits inside a source folder (`--model_dir`,
-    `--hf_dir`, the `--checkpoint`'s folder): `--overwrite` would replace it."""
-    target = os.path.realpath(export_dir)
-    for flag, path in sources.items():
-        if not path or "://" in path:
-            continue
-        if flag == "checkpoint" and not os.path.isdir(path):
-            path = os.path.dirname(path) or "."  # a prefix: its folder
-        source = os.path.realpath(path)
-        if target == source:
-            relation = "is"
-        elif target.startswith(os.path.join(source, "")):
-            relation = "is inside"
-        elif source.startswith(os.path.join(target, "")):
-            relation = "holds"
-        else:
-            continue
-        raise ValueError(f"--export_dir {export_dir} {relation} the --{flag} folder {path}; "
-                         "the export would replace it: write the export to a folder of its own")
+    `--hf_dir`, the `--checkpoint`'s folder): `--overwrite` would replace it
+    (`output_folders.check_apart`)."""
+    checkpoint = sources.get("checkpoint")
+    if checkpoint and "://" not in checkpoint and not os.path.isdir(checkpoint):
+        sources["checkpoint"] = os.path.dirname(checkpoint) or "."  # a prefix: its folder
+    output_folders.check_apart(export_dir, "--export_dir",
+                               {f"--{flag}": path for flag, path in sources.items()})
+
+
+def check_replaceable(export_dir: str, overwrite: bool) -> None:
+    """Refuses an existing OUT without `overwrite`, and with it anything but an export
+    (`cmlm_tf_export.json`) or an empty folder (`output_folders.check_output`)."""
+    output_folders.check_output(export_dir, "--export_dir", marker=METADATA_FILE,
+                                what="an export", overwrite=overwrite)
 
 
 def writing(export_dir: str, name: str):
@@ -45,15 +42,14 @@ def writing(export_dir: str, name: str):
 
 
 def start(export_dir: str, overwrite: bool) -> str:
-    """Restores an export a killed swap left aside, refuses an existing OUT without
-    `overwrite`, and returns a new staging folder beside OUT."""
+    """Restores an export a killed swap left aside, refuses an OUT it may not replace
+    (`check_replaceable`), and returns a new staging folder beside OUT."""
     parent = os.path.dirname(export_dir)
     with disk.reporting_disk_full(export_dir):
         os.makedirs(parent, exist_ok=True)
     with run_dir.folder_lock(parent):
         staged_folder.restore_interrupted(export_dir)
-    if os.path.exists(export_dir) and not overwrite:
-        raise FileExistsError(f"{export_dir}: already exists (pass --overwrite to replace it)")
+    check_replaceable(export_dir, overwrite)
     with disk.reporting_disk_full(export_dir):
         return staged_folder.owned_tempdir(export_dir)
 

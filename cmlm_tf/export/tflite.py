@@ -26,15 +26,13 @@ command lines set it to hide INFO and WARNING lines unless the user set it).
 
 import contextlib
 import os
-import re
 import sys
-import threading
 from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from cmlm_tf import packing, tokenization
+from cmlm_tf import packing, tf_logs, tokenization
 from cmlm_tf.export import serving as serving_lib
 from cmlm_tf.vectors import l2_normalize
 
@@ -87,71 +85,8 @@ def convert(module: "serving_lib.ServingModule", quantization: str) -> bytes:
         converter.allow_custom_ops = True
         if quantization == "int8":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
-        with _filtered_cpp_logs(_min_log_level()):
+        with tf_logs.filtered_cpp_logs():
             return converter.convert()
-
-
-def _min_log_level() -> int:
-    """`TF_CPP_MIN_LOG_LEVEL` (0 when unset or not a number): 1 hides INFO, 2 WARNING too, 3
-    ERROR too."""
-    try:
-        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
-    except ValueError:
-        return 0
-
-
-# A C++ log line's severity, in absl's format (`W0000 00:00:17956.. 15949 file.cc:364] ...`)
-# or TensorFlow's (`2026-11-25 21:46:12.260032: W tensorflow/...`).
-_LOG_LINE = re.compile(rb"^(?:([IWEF])\d{4} \d\d:\d\d:|\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) )")
-_ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called"
-_SEVERITIES = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
-
-
-def _severity(line: bytes) -> Optional[int]:
-    """The severity of a C++ log line (0 INFO .. 3 FATAL), or None for any other line."""
-    if line.startswith(_ABSL_PREAMBLE):
-        return 1
-    match = _LOG_LINE.match(line)
-    return _SEVERITIES[match.group(1) or match.group(2)] if match else None
-
-
-@contextlib.contextmanager
-def _filtered_cpp_logs(min_level: int):
-    """Drops the C++ log lines below `min_level` that the process writes to stderr meanwhile.
-
-    The TFLite converter logs through absl, which `TF_CPP_MIN_LOG_LEVEL` does not reach, so
-    file descriptor 2 goes through a pipe whose reader forwards every other line as it comes
-    (Python's own stderr lines too, such as a progress line from another thread, so lines
-    without a log prefix are always kept).
-    """
-    if min_level <= 0:
-        yield
-        return
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    saved = os.dup(2)
-
-    def forward():
-        with os.fdopen(read_end, "rb") as lines:
-            for line in lines:
-                severity = _severity(line)
-                if severity is None or severity >= min_level:
-                    try:
-                        os.write(saved, line)
-                    except OSError:  # stderr closed: keep draining, or the writers block
-                        pass
-
-    reader = threading.Thread(target=forward, name="tflite-converter-logs", daemon=True)
-    reader.start()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)  # closes the last write end: the reader sees the end of the pipe
-        reader.join()
-        os.close(saved)
 
 
 def custom_ops(flatbuffer: bytes) -> List[str]:

@@ -2,15 +2,17 @@
 (source, line, embedding) out (`cmlm_tf.scale.embedding_files`).
 
     --input globs -> MatchFiles -> one match per path -> ReadMatches -> ReadCorpusLines
-      -> Reshuffle -> BatchElements -> EncodeBatches -> WriteToParquet(STAGING/part)
+      -> Reshuffle -> BatchElements -> EncodeBatches -> ParquetShardSink(STAGING/part)
 
 `ReadCorpusLines` applies the line policy of `cmlm_tf.scale.corpus_lines` to each file and
 counts what it skips in Beam counters (namespace `cmlm_tf`); `Reshuffle` spreads the lines
 over the workers; `EncodeBatches` loads the export once per worker process (a Beam `Shared`
 handle) and embeds each batch with `model.encode`, which sorts a batch by token length so
 that its sub-batches pad little. Beam's file sink writes temporary files and renames them at
-finalisation, so a failed or retried bundle leaves no partial shard; the manifest is written
-into the staging folder after the pipeline succeeds, and the folder is then published whole.
+finalisation, so a failed or retried bundle leaves no partial shard (`shard_sink`: with page
+checksums); the manifest is written into the staging folder after the pipeline succeeds, with
+the fingerprints of the inputs (hashed before they are read, refused if they change while
+read) and of the model (`embedding_checks`), and the folder is then published whole.
 
 Runners: with no `--runner`, the job runs on the DirectRunner's batch engine (Beam's
 `FnApiRunner`) in `multi_processing` mode with one worker process per CPU core. (Beam 2.77's
@@ -37,7 +39,16 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.utils import shared
 
-from cmlm_tf.scale import corpus_lines, embedding_files, folders, pipeline_progress
+from cmlm_tf.batching import sorted_batches
+from cmlm_tf.inference import TOKENIZE_BATCHES
+from cmlm_tf.scale import (
+    corpus_lines,
+    embedding_checks,
+    embedding_files,
+    folders,
+    pipeline_progress,
+    shard_sink,
+)
 from cmlm_tf.scale import options as beam_options
 from cmlm_tf.scale.corpus_lines import EMBEDDED, LINES_READ, OVER_LONG
 
@@ -170,8 +181,9 @@ class EncodeBatches(beam.DoFn):
 
     The export is loaded once per worker process through `shared_handle` (every thread of
     the process gets the same model) with the given thread settings; each batch is embedded
-    with `model.encode(texts, batch_size)`. Counts `embedded`; with `progress_folder`, keeps
-    a `pipeline_progress.ProgressFile` there.
+    with `model.encode(texts, batch_size)`, `TOKENIZE_BATCHES` forward batches at a time.
+    Counts `embedded` after each; with `progress_folder`, keeps a
+    `pipeline_progress.ProgressFile` there.
 
     Args:
         shared_handle: an `apache_beam.utils.shared.Shared` made at pipeline construction.
@@ -201,13 +213,20 @@ class EncodeBatches(beam.DoFn):
                           if self.progress_folder else None)
 
     def process(self, batch: List[Tuple[str, int, str]]) -> Iterator[dict]:
-        vectors = self.model.encode([text for _, _, text in batch], batch_size=self.batch_size,
-                                    show_progress=False)
-        for (source, line, _), vector in zip(batch, vectors):
-            yield {"source": source, "line": line, "embedding": vector}
-        self._embedded.inc(len(batch))
-        if self._progress is not None:
-            self._progress.add(len(batch))
+        # encode() tokenises `batch_size * TOKENIZE_BATCHES` texts at a time, the longest
+        # (in UTF-8 bytes) first: handing it those chunks one by one pads the same, and
+        # the count of embedded lines moves after each.
+        texts = [text.encode("utf-8", "surrogatepass") for _, _, text in batch]
+        for rows in sorted_batches([len(text) for text in texts],
+                                   self.batch_size * TOKENIZE_BATCHES):
+            vectors = self.model.encode([texts[row] for row in rows],
+                                        batch_size=self.batch_size, show_progress=False)
+            for row, vector in zip(rows, vectors):
+                source, line, _ = batch[row]
+                yield {"source": source, "line": line, "embedding": vector}
+            self._embedded.inc(len(rows))
+            if self._progress is not None:
+                self._progress.add(len(rows))
 
     def finish_bundle(self):
         if self._progress is not None:
@@ -260,10 +279,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: EmbedConfig, staging: str,
             min_batch_size=config.batch_size * BATCHES_PER_CALL,
             max_batch_size=config.batch_size * BATCHES_PER_CALL)
         | "Encode" >> beam.ParDo(encoder))
-    return rows | "Write shards" >> beam.io.WriteToParquet(
-        embedding_files.shard_prefix(staging), embedding_files.schema(), codec="snappy",
-        file_name_suffix=embedding_files.SHARD_SUFFIX,
-        shard_name_template=embedding_files.SHARD_NAME_TEMPLATE)
+    return rows | "Write shards" >> beam.io.Write(shard_sink.ParquetShardSink(
+        embedding_files.shard_prefix(staging), embedding_files.schema(),
+        embedding_files.SHARD_SUFFIX, embedding_files.SHARD_NAME_TEMPLATE))
 
 
 def read_counts(result) -> Dict[str, int]:
@@ -282,12 +300,20 @@ def _absolute(path: str) -> str:
     return path if folders.is_remote(path) else os.path.abspath(path)
 
 
+# The command's lines on stderr; in a local run, the others go to the workers' log.
+_PREFIX = "embed_corpus: "
+
+
 def _stderr(line: str) -> None:
-    print(f"embed_corpus: {line}", file=sys.stderr, flush=True)
+    print(f"{_PREFIX}{line}", file=sys.stderr, flush=True)
 
 
-def _finish(config: EmbedConfig, staging: str, result, report) -> Tuple[Dict[str, int], int]:
-    """Writes the manifest into `staging` (the last file); returns (counts, shards)."""
+def _finish(config: EmbedConfig, staging: str, result, report,
+            fingerprints: dict) -> Tuple[Dict[str, int], int]:
+    """Writes the manifest into `staging` (the last file), with the `fingerprints` taken
+    before the inputs were read, once they are known not to have changed since; returns
+    (counts, shards)."""
+    embedding_checks.check_unchanged(fingerprints[embedding_checks.FILES_FIELD])
     counts = read_counts(result)
     names = embedding_files.list_shards(staging)
     rows = embedding_files.count_rows(staging, names)
@@ -297,7 +323,7 @@ def _finish(config: EmbedConfig, staging: str, result, report) -> Tuple[Dict[str
         counts[EMBEDDED] = rows
     embedding_files.write_manifest(staging, embedding_files.make_manifest(
         config.model, export_dim(config.model), config.inputs, config.text_column, len(names),
-        counts))
+        counts, fingerprints))
     return counts, len(names)
 
 
@@ -336,14 +362,16 @@ def run(config: EmbedConfig, beam_args: Sequence[str] = (),
             os.makedirs(progress_folder or staging)
         total = pipeline_progress.count_lines(
             pipeline_progress.match_inputs(config.inputs)) if local else None
+        fingerprints = embedding_checks.manifest_fields(
+            pipeline_progress.match_inputs(config.inputs), config.model, export_dim(config.model))
         pipeline = beam.Pipeline(runner=beam_options.make_runner(options), options=options)
         build_pipeline(pipeline, config, staging, beam_options.worker_threads(options),
                        progress_folder, encode_dofn)
         result = pipeline_progress.run_pipeline(pipeline, progress_folder, total, report,
-                                                progress_every)
+                                                progress_every, _PREFIX if local else None)
         if progress_folder is not None:
             folders.delete_folder(progress_folder)
-        counts, shards = _finish(config, staging, result, report)
+        counts, shards = _finish(config, staging, result, report, fingerprints)
     except BaseException:
         folders.delete_folder(staging)
         raise

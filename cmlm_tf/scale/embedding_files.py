@@ -8,21 +8,24 @@ An output is a folder `OUT/`:
                                          (list<float32> [dim], L2-normalised)
     OUT/_cmlm_tf_embeddings.json       the manifest, written last: {"format":
                                          "cmlm_tf_embeddings", "version": 1, "model", "dim",
-                                         "inputs", "text_column", "shards", "counts"}
+                                         "inputs", "text_column", "shards", "counts",
+                                         "files", "model_identity"} (`embedding_checks`)
+Shards carry page checksums, verified on reading, as is each vector (`embedding_checks`).
 
 `pandas.read_parquet("OUT")` and `pyarrow.parquet.read_table("OUT")` read the shards (they
 skip names starting with `_` or `.`); `read_embeddings("OUT")` also checks them against the
 manifest and sorts the rows by (source, line).
 
 An output appears whole or not at all. The pipeline writes into a staging sibling,
-`OUT.staging-<hex>`, with the manifest last, and `publish` renames it to `OUT`. With
-`--overwrite` an existing `OUT` is replaced only once the new one is complete: it is renamed
-aside (`OUT.replaced-<hex>`), the new one renamed in, then the old one deleted. A run that was
+`OUT.staging-<host>-<pid>-<hex>`, with the manifest last, and `publish` renames it to `OUT`.
+With `--overwrite` an existing `OUT` is replaced only once the new one is complete: it is
+renamed aside (`OUT.replaced-<host>-<pid>-<hex>`), the new one renamed in, then the old one
+deleted; `--overwrite` replaces only an embeddings folder (or an empty one). A run that was
 killed leaves its staging folder behind; `check_output` removes such leftovers at the next
-run (two runs writing one `OUT` at the same time are not supported). Local paths are renamed
-as folders (atomic on one filesystem); remote ones (`gs://`, `s3://`) go through Beam's
-`FileSystems`, file by file (`cmlm_tf.scale.folders`), which is not atomic but never shows a
-manifest beside missing shards.
+run, once the process their name records is gone (a run still writing keeps its own). Local
+paths are renamed as folders (atomic on one filesystem); remote ones (`gs://`, `s3://`) go
+through Beam's `FileSystems`, file by file (`cmlm_tf.scale.folders`), which is not atomic but
+never shows a manifest beside missing shards.
 
 pyarrow is imported when a function needs it (the `scale` extra).
 """
@@ -36,7 +39,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cmlm_tf.scale import folders
+from cmlm_tf import output_folders
+from cmlm_tf.scale import embedding_checks, folders
 
 MANIFEST = "_cmlm_tf_embeddings.json"
 FORMAT = "cmlm_tf_embeddings"
@@ -110,16 +114,19 @@ def shard_prefix(folder: str) -> str:
 
 
 def staging_folder(out: str) -> str:
-    """A fresh staging sibling of `out`, `OUT.staging-<hex>` (not created here)."""
-    return f"{folders.clean(out)}{STAGING_INFIX}{uuid.uuid4().hex}"
+    """A fresh staging sibling of `out`, `OUT.staging-<host>-<pid>-<hex>` (not created
+    here): the name says which process writes it (`output_folders.writer_tag`)."""
+    writer = output_folders.writer_tag()
+    return f"{folders.clean(out)}{STAGING_INFIX}{writer}-{uuid.uuid4().hex}"
 
 
 def check_output(out: str, overwrite: bool) -> List[str]:
     """Refuses an `out` that exists unless `overwrite`, then removes what killed runs left.
 
     `--overwrite` replaces only a finished embeddings folder (one with the manifest) or an
-    empty folder, never another folder that happens to have the name. Leftover
-    `OUT.staging-*` folders are removed; an `OUT.replaced-*` folder (the old output that an
+    empty folder, never another folder that happens to have the name
+    (`output_folders.refusal`). Leftover `OUT.staging-*` folders whose writer is gone are
+    removed; an `OUT.replaced-*` folder (the old output that an
     interrupted `--overwrite` set aside) is removed when `OUT` exists and kept otherwise.
 
     Returns:
@@ -127,28 +134,35 @@ def check_output(out: str, overwrite: bool) -> List[str]:
     """
     out = folders.clean(out)
     if folders.exists(out):
-        if not overwrite:
-            raise EmbeddingFilesError(f"{out}: already exists; pass --overwrite to replace "
-                                      "it, or choose another --output")
-        if not folders.is_remote(out) and not os.path.isdir(out):
-            raise EmbeddingFilesError(f"{out}: exists and is not a folder; --overwrite "
-                                      "replaces only an embeddings folder")
-        if not folders.exists(folders.join(out, MANIFEST)) and folders.files(out):
-            raise EmbeddingFilesError(f"{out}: exists and is not an embeddings folder (no "
-                                      f"{MANIFEST}); --overwrite replaces only the output of "
-                                      "an embedding run: remove it yourself or choose "
-                                      "another --output")
+        folder = folders.is_remote(out) or os.path.isdir(out)
+        line = output_folders.refusal(out, "--output",
+                                      names=folders.files(out) if folder else None,
+                                      marker=MANIFEST, what="an embeddings folder",
+                                      overwrite=overwrite)
+        if line is not None:
+            raise EmbeddingFilesError(line)
     return remove_leftovers(out)
 
 
+def _tail(out: str, folder: str, infix: str) -> str:
+    """What follows `OUT<infix>` in the name of `folder`: its writer, then a random part."""
+    return os.path.basename(folder)[len(os.path.basename(out)) + len(infix):]
+
+
 def remove_leftovers(out: str) -> List[str]:
-    """Removes the staging folders of killed runs beside `out`; see `check_output`."""
+    """Removes the staging folders of killed runs beside `out`; see `check_output`. A folder
+    whose writer (its name's `<host>-<pid>`) is still running is left alone."""
     out = folders.clean(out)
     notes = []
     for folder in folders.siblings(out, STAGING_INFIX):
+        if not output_folders.writer_gone(folder, _tail(out, folder, STAGING_INFIX)):
+            continue  # another run, still writing
         folders.delete_folder(folder)
         notes.append(f"removed {folder}, left by a run that did not finish")
     for folder in folders.siblings(out, REPLACED_INFIX):
+        writer = output_folders.writer_of(_tail(out, folder, REPLACED_INFIX))
+        if writer is not None and output_folders.writer_alive(writer):
+            continue  # a run swapping its output in right now removes it itself
         if folders.exists(out):
             folders.delete_folder(folder)
             notes.append(f"removed {folder}, an old output that an interrupted --overwrite "
@@ -174,7 +188,7 @@ def publish(staging: str, out: str, overwrite: bool = False) -> None:
         if not overwrite:
             raise EmbeddingFilesError(f"{out}: appeared while embedding; the new embeddings "
                                       f"are in {staging}")
-        aside = f"{out}{REPLACED_INFIX}{uuid.uuid4().hex}"
+        aside = f"{out}{REPLACED_INFIX}{output_folders.writer_tag()}-{uuid.uuid4().hex}"
         folders.rename_folder(out, aside, MANIFEST, marker_last=False)
     folders.rename_folder(staging, out, MANIFEST)
     if aside is not None:
@@ -182,14 +196,17 @@ def publish(staging: str, out: str, overwrite: bool = False) -> None:
 
 
 def make_manifest(model: str, dim: int, inputs: Sequence[str], text_column: Optional[int],
-                  shards: int, counts: Dict[str, int]) -> dict:
-    """The manifest of an output (see the module docstring); `counts` has `COUNT_NAMES`."""
+                  shards: int, counts: Dict[str, int], fingerprints: Optional[dict] = None
+                  ) -> dict:
+    """The manifest of an output (see the module docstring); `counts` has `COUNT_NAMES`;
+    `fingerprints` adds `embedding_checks.manifest_fields`."""
     missing = [name for name in COUNT_NAMES if name not in counts]
     if missing:
         raise ValueError(f"counts lack {', '.join(missing)}")
     return {"format": FORMAT, "version": VERSION, "model": model, "dim": int(dim),
             "inputs": list(inputs), "text_column": text_column, "shards": int(shards),
-            "counts": {name: int(counts[name]) for name in COUNT_NAMES}}
+            "counts": {name: int(counts[name]) for name in COUNT_NAMES},
+            **(fingerprints or {})}
 
 
 def write_manifest(folder: str, manifest: dict) -> str:
@@ -304,7 +321,7 @@ def _read_shard(path: str, dim: int):
     pa, pq = _pyarrow()
     try:
         with folders.open_file(path) as f:
-            table = pq.read_table(f, columns=list(COLUMNS))
+            table = pq.read_table(f, columns=list(COLUMNS), page_checksum_verification=True)
     except (OSError, pa.ArrowException) as error:
         detail = " ".join(str(error).split())[:200]
         raise EmbeddingFilesError(f"{path}: cannot read the shard ({detail})") from None
@@ -322,6 +339,9 @@ def _read_shard(path: str, dim: int):
         if len(bad):
             raise EmbeddingFilesError(f"{path}: a vector of width {widths[bad[0]]}, the "
                                       f"manifest's dim is {dim}")
+    bad = embedding_checks.bad_row(table, dim)
+    if bad is not None:
+        raise EmbeddingFilesError(f"{path}: {bad}")
     return table
 
 

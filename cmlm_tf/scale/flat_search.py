@@ -17,6 +17,9 @@ re-scored exactly in the inputs' float32 (`ann.rescore`), so every score returne
 and a true neighbour is missed only if rounding to bfloat16 pushes it below the best
 `CHUNKS` of its row: the rounding error of a cosine is about 1e-3, the gap between the 4th
 and the 8th neighbour is usually ten times that (docs/results.md, "Mining at corpus scale").
+Usually, not always: a weak model's cosines lie closer together, so mining measures what the
+product kept (`ann.keep_recall`: recall@k on a sample, against the exact search) and
+searches exactly when it kept too little.
 
     forward, backward = flat_search.top_k_both(src, tgt, k=4)
     scores, indices = flat_search.top_k(queries, keys, k=4)

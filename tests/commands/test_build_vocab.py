@@ -125,3 +125,14 @@ def test_cli_help_is_fast_and_imports_no_tensorflow():
     result = subprocess.run([sys.executable, "-m", "cmlm_tf.build_vocab", "--help"],
                             cwd=REPO_DIR, capture_output=True, text=True, check=True)
     assert "--smoothing_exponent" in result.stdout and "--lower_case" in result.stdout
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path, capsys):
+    corpus = tmp_path / "en.txt"
+    corpus.write_text("the dog\n", encoding="utf-8")
+    assert bv.main(["--input", str(tmp_path / "*.txt"), "--vocab_size", "50",
+                    "--output", str(corpus)]) == 2
+    assert capsys.readouterr().err == (f"error: --output {corpus} is the --input file {corpus}; "
+                                       "cmlm_tf never writes over an input: choose another "
+                                       "--output\n")
+    assert corpus.read_text(encoding="utf-8") == "the dog\n"

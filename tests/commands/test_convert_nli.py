@@ -32,3 +32,12 @@ def test_converter_reads_mnli_and_aligns_xnli_by_pair(tmp_path):
     assert spanish == ["Hola.\tBuenas.\tentailment", "Sol.\tLluvia.\tcontradiction"]
     assert nli.scan_nli([str(tmp_path / "x.en.tsv"), str(tmp_path / "x.es.tsv")],
                         cross_lingual=True).examples == 2
+
+
+def test_an_output_that_is_the_input_is_refused(tmp_path, capsys):
+    source = tmp_path / "mnli.tsv"
+    source.write_text("sentence1\tsentence2\tgold_label\na\tb\tentailment\n", encoding="utf-8")
+    assert convert_nli.main([str(source), str(source)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: output {source} is the input file "
+                                              f"{source}; cmlm_tf never writes over an input")
+    assert source.read_text(encoding="utf-8").endswith("a\tb\tentailment\n")

@@ -35,3 +35,20 @@ def test_help_lists_the_flags_and_beam_options_pass_through(capsys):
     parser = embed_corpus.build_parser()
     assert parser.unrecognised_flags(["--runner=DataflowRunner", "--direct_num_workers", "4",
                                       "--max_num_workers=9", "--ouput=x"]) == ["--ouput"]
+
+
+def test_an_output_inside_the_model_is_refused(tmp_path, tiny_export, capsys):
+    """`--output` inside the export (or on an input) would write into it: one line, and
+    the export unchanged."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_export, model)
+    before = sorted(p.name for p in model.iterdir())
+    (tmp_path / "a.txt").write_text("the dog\n", encoding="utf-8")
+    assert embed_corpus.main(["--model", str(model), "--input", str(tmp_path / "a.txt"),
+                              "--output", str(model / "emb")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --output {model / 'emb'} is inside the --model folder {model}; cmlm_tf "
+        "never writes over an input: choose another --output\n")
+    assert sorted(p.name for p in model.iterdir()) == before

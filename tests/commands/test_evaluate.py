@@ -309,3 +309,24 @@ def test_loaded_model_without_mteb(monkeypatch, tiny_export):
     # the extra ones.
     with pytest.raises(TypeError, match="unexpected keyword arguments: normalise"):
         model.encode(["the dog"], normalise=True)
+
+
+@pytest.mark.parametrize("flags, refused", [
+    (["sts", "--data", "{dir}/sts.tsv", "--output", "{dir}/sts.tsv"],
+     "--output {dir}/sts.tsv is the --data file {dir}/sts.tsv"),
+    (["pcr", "--input", "en={dir}/sts.tsv", "--save_pcr", "{dir}/sts.tsv"],
+     "--save_pcr {dir}/sts.tsv is the --input file {dir}/sts.tsv"),
+    (["sts", "--data", "{dir}/sts.tsv", "--output", "{dir}/model/report.json"],
+     "--output {dir}/model/report.json is inside the --model folder {dir}/model"),
+])
+def test_an_output_that_is_an_input_is_refused(flags, refused, tmp_path, capsys):
+    """`--output` / `--save_pcr` naming an input would replace it: one line, the input kept."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "sts.tsv").write_text("a\tb\t1.0\n", encoding="utf-8")
+    argv = [flag.format(dir=tmp_path) for flag in flags]
+    argv[1:1] = ["--model", str(tmp_path / "model")]
+    assert evaluate.main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"error: {refused.format(dir=tmp_path)}; "
+                                              "cmlm_tf never writes over an input")
+    assert (tmp_path / "sts.tsv").read_text(encoding="utf-8") == "a\tb\t1.0\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "sts.tsv"]

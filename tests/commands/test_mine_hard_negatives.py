@@ -104,3 +104,15 @@ def test_impossible_requests_are_one_line_errors(tmp_path, tiny_export, extra, m
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and message in lines[-1], lines
     assert not output.exists()
+
+
+def test_an_output_that_is_the_pairs_file_is_refused(tmp_path, capsys):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\nc\td\n", encoding="utf-8")
+    (tmp_path / "model").mkdir()
+    code = miner.main(["--model", str(tmp_path / "model"), "--pairs", str(pairs), "--output",
+                       str(tmp_path / "." / "pairs.tsv"), "--num_negatives", "1"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: --output {tmp_path / '.' / 'pairs.tsv'} is the --pairs file {pairs}; ")
+    assert pairs.read_text(encoding="utf-8") == "a\tb\nc\td\n"

@@ -237,6 +237,21 @@ def load_export(first, export):
     print(preprocessor(tf.constant(["a cat"]))["input_word_ids"].shape[0])
 
 
+def int8_load(export):
+    """Prints whether oneDNN's int8 matmul runs, then `cmlm_tf.load(export, "int8")`'s
+    error (or `loaded`)."""
+    import cmlm_tf
+    from cmlm_tf import host
+
+    print(host.int8_matmul_runs())
+    try:
+        cmlm_tf.load(export, precision="int8")
+    except ValueError as error:
+        print(error)
+        return 0
+    print("loaded")
+
+
 def import_without_tensorflow_text():
     """`import cmlm_tf` and TensorFlow where tensorflow_text cannot be imported."""
     sys.modules["tensorflow_text"] = None
@@ -366,6 +381,30 @@ def import_killed_at_write(kill_at, count_file, watched, *argv):
     from cmlm_tf.commands import import_model
 
     return import_model.main(list(argv))
+
+
+def sleep(seconds, *labels):
+    """Sleeps `seconds`; `labels` only show in the command line (a stand-in for a process
+    that another looks for by its command line)."""
+    time.sleep(float(seconds))
+
+
+def say_on_stderr(*lines):
+    """Prints each of `lines` to stderr."""
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+
+
+def mine_flat(count):
+    """`corpus_mining.mine_vectors` with the flat product on `count` random vectors a side
+    (XLA compiles it); the stage line goes to stdout."""
+    import numpy as np
+
+    from cmlm_tf import corpus_mining
+
+    vectors = np.random.default_rng(0).standard_normal((int(count), 16)).astype(np.float32)
+    settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="flat")
+    corpus_mining.mine_vectors(settings, vectors, vectors[::-1], (), print)
 
 
 def main(argv, functions=None):

@@ -3,6 +3,10 @@ as mining the text files with the model, on the exact search, the flat product, 
 and Beam; clear
 errors when the texts do not belong to the vectors."""
 
+import json
+import os
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -10,7 +14,7 @@ pytest.importorskip("apache_beam", reason="the scale extra (pip install -e '.[sc
 pytest.importorskip("faiss", reason="the scale extra (pip install -e '.[scale]')")
 
 from cmlm_tf import mine  # noqa: E402
-from cmlm_tf.scale import embed  # noqa: E402
+from cmlm_tf.scale import embed, embedding_files  # noqa: E402
 from tests.conftest import TINY_WORDS  # noqa: E402
 
 IN_PROCESS = ["--direct_running_mode=in_memory"]
@@ -107,4 +111,96 @@ def test_a_source_file_changed_after_embedding_is_refused(capsys, tmp_path, tiny
                                str(tmp_path / "emb"), "--tgt_vectors", str(tmp_path / "emb"),
                                "--output", str(tmp_path / "p.tsv")])
     assert code == 2
-    assert "src.txt: has no line" in err and "changed after it was embedded" in err
+    assert f"error: {src}: changed after it was embedded into" in err, err
+    assert err.count("\n") == 1
+
+
+def _copy(corpus, tmp_path):
+    """The corpus's texts and embeddings folders, copied where a test may change them."""
+    import shutil
+
+    for name in ("src.txt", "tgt.txt"):
+        shutil.copy2(corpus / name, tmp_path / name)
+    for name in ("src_emb", "tgt_emb"):
+        shutil.copytree(corpus / name, tmp_path / name)
+        manifest_path = tmp_path / name / embedding_files.MANIFEST
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest["files"] = {str(tmp_path / source[len(str(corpus)) + 1:]): record
+                             for source, record in manifest["files"].items()}
+        manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    return tmp_path
+
+
+def _rows_to(folder, base):
+    """Points the rows' sources of the copied shards at `base` (they name the original)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for shard in folder.glob("part-*.parquet"):
+        table = pq.read_table(shard)
+        sources = [str(base / pathlib.Path(source).name)
+                   for source in table.column("source").to_pylist()]
+        pq.write_table(table.set_column(0, "source", pa.array(sources, pa.string())), shard,
+                       write_page_checksum=True)
+
+
+def _argv(folder):
+    return ["--src", str(folder / "src.txt"), "--tgt", str(folder / "tgt.txt"),
+            "--src_vectors", str(folder / "src_emb"), "--tgt_vectors",
+            str(folder / "tgt_emb"), "--output", str(folder / "pairs.tsv")]
+
+
+@pytest.mark.parametrize("edit", ["same_size", "inserted_line", "touched"])
+def test_texts_are_checked_against_their_fingerprints(capsys, corpus, tmp_path, edit):
+    """A line changed in place (same size) or one inserted at the top is refused, naming
+    the file; a file touched without a change in its bytes is mined."""
+    folder = _copy(corpus, tmp_path)
+    for side in ("src_emb", "tgt_emb"):
+        _rows_to(folder / side, folder)
+    text = folder / "tgt.txt"
+    lines = text.read_text(encoding="utf-8").splitlines()
+    if edit == "same_size":
+        lines[5] = lines[5][::-1]
+    elif edit == "inserted_line":
+        lines.insert(0, "a new first line")
+    content = "\n".join(lines) + "\n"
+    text.write_text(content, encoding="utf-8")
+    os.utime(text, ns=(0, 10**18))
+    code, err = _mine(capsys, _argv(folder))
+    if edit == "touched":
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {text}: changed after it was embedded into "
+                          f"{folder / 'tgt_emb'}")
+    assert not (folder / "pairs.tsv").exists()
+
+
+def test_vectors_of_two_models_are_refused_unless_allowed(capsys, corpus, tmp_path):
+    folder = _copy(corpus, tmp_path)
+    for side in ("src_emb", "tgt_emb"):
+        _rows_to(folder / side, folder)
+    manifest_path = folder / "tgt_emb" / embedding_files.MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest["model_identity"]["checkpoint_sha256"] = "0" * 64
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    code, err = _mine(capsys, _argv(folder))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "another model" in err and "--allow_different_models" in err
+    code, err = _mine(capsys, _argv(folder) + ["--allow_different_models"])
+    assert code == 0, err
+
+
+def test_an_old_manifest_without_fingerprints_is_mined_with_one_warning(capsys, corpus,
+                                                                        tmp_path):
+    folder = _copy(corpus, tmp_path)
+    for side in ("src_emb", "tgt_emb"):
+        _rows_to(folder / side, folder)
+        manifest_path = folder / side / embedding_files.MANIFEST
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        del manifest["files"], manifest["model_identity"]
+        manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    code, err = _mine(capsys, _argv(folder))
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 2 and "records no fingerprints" in warnings[0], err

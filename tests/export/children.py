@@ -159,6 +159,19 @@ def serving_default_vectors(serving_dir, texts_file, vectors_file):
     signature = tf.saved_model.load(serving_dir).signatures["serving_default"]
     np.save(vectors_file, signature(sentences=tf.constant(texts))["embeddings"].numpy())
 
+def load_refused(export_dir, precision):
+    """`cmlm_tf.load(export_dir, precision=precision)`, expected to refuse: prints its
+    one-line error and returns 2 (0 if it loaded)."""
+    import cmlm_tf
+
+    try:
+        cmlm_tf.load(export_dir, precision=precision)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
     from tests.driver import children
 

@@ -194,6 +194,9 @@ def test_an_export_up_to_date_with_its_checkpoint_is_not_redone(tmp_path, tiny_r
     assert export_cli.main(args) == 0
     said = capsys.readouterr().out
     assert f"{out} is up to date with " in said and "exported to" not in said, said
+    # The command passed --overwrite: the line says what it does for a current export.
+    assert said.strip().endswith(": kept as it is (--overwrite exports again once the "
+                                 "checkpoint or a flag has changed)"), said
     assert (out / "cmlm_tf_export.json").read_text() == written
     assert export_cli.main(args + ["--seq_length", "10"]) == 0  # another flag
     assert "exported to" in capsys.readouterr().out

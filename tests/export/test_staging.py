@@ -15,7 +15,7 @@ import pytest
 from cmlm_tf import staged_folder
 from cmlm_tf.commands import export as export_cli
 from cmlm_tf.export import export_lib
-from tests.conftest import one_error_line, subprocess_env
+from tests.conftest import imported_modules, one_error_line, subprocess_env
 
 SAVED_MODELS = ("preprocessor", "encoder", "serving/1")
 
@@ -71,15 +71,65 @@ def test_existing_export_dir_needs_overwrite(tiny_export, tiny_run_dir, capsys):
     assert rc == 2 and "already exists" in capsys.readouterr().err
 
 
-def test_overwrite_replaces_export(tmp_path, tiny_run_dir):
-    target = tmp_path / "out"
-    target.mkdir()
-    (target / "stale.txt").write_text("old")
+def test_overwrite_replaces_export(tmp_path, tiny_run_dir, tiny_export):
+    target = _old_export(tiny_export, tmp_path / "out")  # an export, with a file of its own
     export_lib.export(str(target), model_dir=str(tiny_run_dir), overwrite=True)
-    assert not (target / "stale.txt").exists()
+    assert not (target / "old.txt").exists()
     meta = json.loads((target / "cmlm_tf_export.json").read_text())
     assert meta["seq_length"] == 16  # the training run's task.train_data.seq_length
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def _not_an_export(kind, tiny_run_dir, folder):
+    """A folder cmlm_tf did not write as an export: a copy of a training run, or notes."""
+    if kind == "training run":
+        return _copy_run(tiny_run_dir, folder)
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my notes", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["training run", "notes"])
+def test_overwrite_refuses_a_folder_that_is_not_an_export(kind, tmp_path, tiny_run_dir,
+                                                          capsys):
+    """`--overwrite` replaces only an export: a copy of a training run, or a folder of
+    notes, is refused in one line naming what it holds, and without `--overwrite` the
+    refusal does not suggest it."""
+    target = _not_an_export(kind, tiny_run_dir, tmp_path / "bt_copy")
+    before = {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    args = ["--model_dir", str(tiny_run_dir), "--export_dir", str(target)]
+    assert export_cli.main(args + ["--overwrite"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    shown = "(a training run)" if kind == "training run" else "holds notes.txt,"
+    assert f"{target}: exists and holds " in line and shown in line, line
+    assert "not an export written by cmlm_tf (no cmlm_tf_export.json)" in line, line
+    assert "--overwrite replaces only an export" in line, line
+    assert export_cli.main(args) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "not an export written by cmlm_tf" in line and "--overwrite" not in line, line
+    with pytest.raises(FileExistsError, match="not an export"):
+        export_lib.export(str(target), model_dir=str(tiny_run_dir), overwrite=True)
+    assert {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(tmp_path)) == ["bt_copy"]
+
+
+def test_an_existing_export_dir_is_refused_before_tensorflow_starts(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "params.yaml").write_text("task: {}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cmlm_tf_export.json").write_text("{}", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cmlm_tf.export", "--model_dir", str(run),
+         "--export_dir", str(out)], env=subprocess_env(), capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert lines == [f"error: {out}: already exists; pass --overwrite to replace it, or "
+                     "choose another --export_dir"], lines
+    imported = imported_modules(done.stderr)
+    assert "cmlm_tf.commands.export" in imported and "tensorflow" not in imported
 
 
 def _export_process(tmp_path, kill_at):

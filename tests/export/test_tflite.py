@@ -3,7 +3,6 @@ and token-id signatures that agree with the SavedModel, in length buckets, and t
 of `tflite.embed`."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -42,23 +41,6 @@ def test_tflite_export_is_quiet(tiny_tflite_export):
                           r"WARNING: All log messages)")
     assert not [line for line in stderr.splitlines() if log_line.match(line)], stderr
     assert stderr.count("Customized initialization") <= 1, stderr
-
-
-def test_cpp_log_filter_follows_the_log_level(capfd):
-    """Lines written to file descriptor 2 during the conversion: C++ log lines below the
-    level go; everything else stays, in order."""
-    from cmlm_tf.export import tflite
-
-    lines = ["W0000 00:00:1795644329.903746   15949 helpers.cc:364] Ignored output_format.",
-             "I0000 00:00:1795644329.998592   15949 pass.cc:437] MLIR V1 pass",
-             "2026-11-25 21:46:12.260032: I tensorflow/core/cpu_feature_guard.cc:210] CPU",
-             "export: converting to TFLite (10 s so far)",
-             "E0000 00:00:1795644329.998592   15949 pass.cc:1] a real error"]
-    for level, kept in ((2, [3, 4]), (3, [3]), (1, [0, 3, 4]), (0, [0, 1, 2, 3, 4])):
-        with tflite._filtered_cpp_logs(level):
-            for line in lines:
-                os.write(2, (line + "\n").encode())
-        assert capfd.readouterr().err.splitlines() == [lines[i] for i in kept], level
 
 
 def test_tflite_text_and_token_ids(tiny_tflite_export):

@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import random
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -145,7 +146,7 @@ def _first_time(marker: str) -> bool:
 
 
 def test_a_failing_worker_leaves_nothing_and_a_rerun_completes(tmp_path, tiny_export,
-                                                               monkeypatch):
+                                                               monkeypatch, capfd):
     # The worker processes unpickle FailOnce by reference: they import this module.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [str(REPO_DIR), os.environ.get("PYTHONPATH")])))
@@ -159,6 +160,12 @@ def test_a_failing_worker_leaves_nothing_and_a_rerun_completes(tmp_path, tiny_ex
         # The DirectRunner's engine does not retry a failed bundle: the run fails, in one line.
         assert "injected fault" in str(error) and "\n" not in str(error)
         assert sorted(os.listdir(tmp_path)) == ["corpus", "fault"]
+        # The worker's traceback is in the log the line names, not on the console.
+        log = re.search(r"\(the workers' log: (\S+)\)$", str(error)).group(1)
+        with open(log, encoding="utf-8") as f:
+            assert "RuntimeError: injected fault" in f.read()
+        os.remove(log)
+        assert "Traceback" not in capfd.readouterr().err
     assert marker.exists(), "the fault was never injected"
     embed.run(job, WORKERS, report=lambda line: None, encode_dofn=failing)
     rows, ids = read_rows(tmp_path / "out")

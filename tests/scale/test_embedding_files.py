@@ -2,16 +2,21 @@
 refuses unfinished or inconsistent folders in one line, and outputs published whole."""
 
 import json
+import os
+import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cmlm_tf import output_folders
 from cmlm_tf.scale import corpus_lines, embedding_files
 from cmlm_tf.scale.embedding_files import EmbeddingFilesError
 
 DIM = 4
+# A process id above any pid_max: no process has it.
+DEAD_PID = 2 ** 22 + 1
 
 
 def write_output(folder, shards, dim=DIM, embedded=None):
@@ -103,7 +108,29 @@ def _wrong_count(folder):
     write_output(folder, SHARDS, embedded=6)
 
 
+def _vector(folder, value):
+    """Row 2 of the second shard (a.txt line 10) gets the vector `value`."""
+    path = folder / "part-00001-of-00002.parquet"
+    table = pq.read_table(path)
+    embedding = table.column("embedding").to_pylist()
+    embedding[2] = value
+    pq.write_table(table.set_column(2, "embedding", pa.array(
+        embedding, pa.list_(pa.float32()))), path)
+
+
+def _nan_vector(folder):
+    _vector(folder, [np.nan, 0.0, 0.0, 0.0])
+
+
+def _long_vector(folder):
+    _vector(folder, [2.0, 0.0, 0.0, 0.0])
+
+
 @pytest.mark.parametrize("damage,message", [
+    (_nan_vector, "part-00001-of-00002.parquet: row 2 (a.txt line 10) holds a vector that "
+                  "is not finite"),
+    (_long_vector, "part-00001-of-00002.parquet: row 2 (a.txt line 10) holds a vector of "
+                   "norm 2, not 1"),
     (_no_manifest, "no _cmlm_tf_embeddings.json, so the embedding did not finish"),
     (_missing_shard, "missing shard part-00001-of-00002.parquet"),
     (_extra_shard, "unexpected file part-00000-of-00003.parquet"),
@@ -150,7 +177,8 @@ def test_overwrite_never_replaces_a_folder_that_is_not_an_output(tmp_path):
 
 def test_leftovers_of_killed_runs_are_removed_with_a_note(tmp_path):
     out = tmp_path / "out"
-    staging = tmp_path / "out.staging-0123abcd"
+    # A killed run's (its name records a process that is gone).
+    staging = tmp_path / f"out.staging-{output_folders.host_tag()}-{DEAD_PID}-0123abcd"
     (staging / ".temp-beam-1").mkdir(parents=True)
     (staging / ".temp-beam-1" / "shard").write_text("partial")
     aside = tmp_path / "out.replaced-4567"
@@ -165,6 +193,23 @@ def test_leftovers_of_killed_runs_are_removed_with_a_note(tmp_path):
     notes = embedding_files.check_output(str(out), overwrite=True)
     assert not aside.exists() and notes == [
         f"removed {aside}, an old output that an interrupted --overwrite had set aside"]
+
+
+def test_a_staging_folder_of_a_live_run_is_left_alone(tmp_path):
+    """A second run on the same OUT keeps the staging folder of one still writing (this
+    process stands in for it); one named by an earlier version is removed once it is old."""
+    out = tmp_path / "out"
+    live = embedding_files.staging_folder(str(out))
+    assert f".staging-{output_folders.writer_tag()}-" in live
+    os.makedirs(os.path.join(live, ".temp-beam-1"))
+    legacy = tmp_path / "out.staging-0123abcd"
+    legacy.mkdir()
+    assert embedding_files.check_output(str(out), overwrite=False) == []
+    assert os.path.isdir(live) and legacy.is_dir()  # legacy: too young to tell
+    os.utime(legacy, (time.time() - 3600,) * 2)
+    notes = embedding_files.check_output(str(out), overwrite=False)
+    assert notes == [f"removed {legacy}, left by a run that did not finish"]
+    assert os.path.isdir(live)
 
 
 def test_publish_renames_the_staging_folder_into_place(tmp_path):
@@ -199,3 +244,22 @@ def test_count_rows_reads_the_footers(tmp_path):
     assert embedding_files.count_rows(str(tmp_path / "out")) == 5
     assert embedding_files.list_shards(str(tmp_path / "out")) == [
         "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+
+
+def test_a_shard_damaged_inside_fails_its_page_checksums_in_one_line(tmp_path):
+    """Bytes flipped inside a shard, its size and footer intact: without checksums they
+    would decode to other numbers; with them the shard is refused, by name."""
+    folder = tmp_path / "out"
+    rows = [("a.txt", line) for line in range(1, 401)]
+    write_output(folder, [rows])
+    path = folder / embedding_files.shard_name(0, 1)
+    table = pq.read_table(path)
+    pq.write_table(table, path, write_page_checksum=True)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle - 100:middle + 100] = bytes(b ^ 0x5A for b in data[middle - 100:middle + 100])
+    path.write_bytes(bytes(data))
+    with pytest.raises(EmbeddingFilesError) as error:
+        embedding_files.read_embeddings(str(folder))
+    assert str(error.value).startswith(f"{path}: cannot read the shard")
+    assert "checksum" in str(error.value) and "\n" not in str(error.value)

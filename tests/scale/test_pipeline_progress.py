@@ -2,8 +2,14 @@
 progress files summed, the progress line, and the one line of a worker's error."""
 
 import gzip
+import re
+import subprocess
+import sys
+import threading
+import time
 
 from cmlm_tf.scale import pipeline_progress
+from tests.conftest import REPO_DIR
 
 
 def test_count_lines_and_progress_files(tmp_path):
@@ -18,13 +24,15 @@ def test_count_lines_and_progress_files(tmp_path):
     (tmp_path / "progress").mkdir()
     clock = iter([0.0, 1.0, 3.0, 3.5]).__next__
     progress = pipeline_progress.ProgressFile(str(tmp_path / "progress"), every=2.0, clock=clock)
-    progress.add(10)
-    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 0  # 1 s: not written yet
+    progress.add(10)  # the first count is written at once: the command's count moves
+    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 10
     progress.add(5)
-    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 15
+    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 10  # 2 s later only
+    progress.add(1)
+    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 16
     (tmp_path / "progress" / "other.txt").write_text("7\n")
     (tmp_path / "progress" / "half.txt.tmp").write_text("100")
-    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 22
+    assert pipeline_progress.read_progress(str(tmp_path / "progress")) == 23
     assert pipeline_progress.format_progress(30, 150, 10.0) == \
         "embedded 30 of ~150 lines (3 lines/s, ETA 0:40)"
     assert pipeline_progress.format_progress(0, 150, 10.0).endswith("(0 lines/s, ETA unknown)")
@@ -35,3 +43,35 @@ def test_failure_line_finds_the_workers_error():
                          "\"x.py\", line 1\nValueError: bad row [while running 'Encode']\n")
     assert pipeline_progress.failure_line(error) == "ValueError: bad row [while running 'Encode']"
     assert pipeline_progress.failure_line(RuntimeError("")) == "RuntimeError"
+
+
+def test_the_first_embedded_lines_are_reported_at_once(tmp_path):
+    """A line as soon as the progress files count anything, long before `every` seconds:
+    a short run shows a count between 0 and the total."""
+    (tmp_path / "worker.txt").write_text("5\n")
+    lines = []
+    pipeline = threading.Thread(target=time.sleep, args=(1.0,))
+    pipeline.start()
+    pipeline_progress._report_until_done(pipeline, str(tmp_path), 10, lines.append, every=100)
+    assert len(lines) == 1 and re.fullmatch(r"embedded 5 of ~10 lines \(\d+ lines/s, ETA "
+                                            r"\d+:\d\d\)", lines[0]), lines
+
+
+def test_an_interrupted_run_stops_the_workers_it_finds():
+    """The workers are this process's descendants that run Beam's `sdk_worker_main`."""
+    child = [sys.executable, "-m", "tests.driver.children", "sleep", "60"]
+    worker = subprocess.Popen(child + ["apache_beam.runners.worker.sdk_worker_main"],
+                              cwd=REPO_DIR)
+    other = subprocess.Popen(child, cwd=REPO_DIR)
+    try:
+        deadline = time.monotonic() + 30
+        while worker.pid not in pipeline_progress.beam_workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pipeline_progress.beam_workers() >= {worker.pid}
+        assert other.pid not in pipeline_progress.beam_workers()
+        pipeline_progress.stop_workers({worker.pid})
+        assert worker.wait(timeout=10) == -9 and other.poll() is None
+    finally:
+        for process in (worker, other):
+            process.kill()
+            process.wait()
