@@ -18,6 +18,9 @@ SERVING_FOLDERS = {"float32": "serving", "bfloat16": "serving_bf16", "int8": "se
 # the version of its format.
 METADATA_FILE = "cmlm_tf_export.json"
 FORMAT_VERSION = 2
+# The export's sentence-transformers folder (`--sentence_transformers`): a Hugging Face folder
+# of its own, which the importer reads back as any other.
+SENTENCE_TRANSFORMERS_FOLDER = "sentence_transformers"
 
 
 def read_metadata(export_dir: str) -> dict:

@@ -238,7 +238,7 @@ def test_every_test_the_docs_name_exists():
     assert not missing, missing
 
 
-def _python_blocks(path):
+def python_blocks(path):
     """(line, code) of each fenced ```python block of `path`."""
     blocks, code, start = [], None, 0
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -253,11 +253,15 @@ def _python_blocks(path):
 
 
 # Snippets that need a running model server are not run here (docs/serving.md runs a
-# server's requests in tests/export/test_serving.py).
+# server's requests in tests/export/test_serving.py), nor those that need
+# sentence-transformers, which the MTEB venv runs
+# (tests/mteb_extra/test_sentence_transformers_export.py).
 _SERVER_SNIPPETS = ("grpc", "requests.post")
+SENTENCE_TRANSFORMERS_SNIPPETS = "from sentence_transformers import"
 SNIPPETS = [(page, number, code) for page in ("README.md", "docs/serving.md")
-            for number, code in _python_blocks(REPO_DIR / page)
-            if not any(word in code for word in _SERVER_SNIPPETS)]
+            for number, code in python_blocks(REPO_DIR / page)
+            if not any(word in code for word in _SERVER_SNIPPETS)
+            and SENTENCE_TRANSFORMERS_SNIPPETS not in code]
 
 
 @pytest.mark.parametrize("page,number", [(page, number) for page, number, _ in SNIPPETS],

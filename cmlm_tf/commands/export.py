@@ -48,6 +48,9 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
     parser.add_argument("--int8", action="store_true",
                         help="also write OUT/serving_int8/1: the TF Serving model with int8 "
                              "matmuls (oneDNN: AVX512-VNNI, AMX)")
+    parser.add_argument("--sentence_transformers", action="store_true",
+                        help="also write OUT/sentence_transformers/: the model as a "
+                             "sentence-transformers folder (SentenceTransformer(path))")
     parser.add_argument("--classic_wordpiece", action="store_true",
                         help="serving/1 tokenizes WordPiece with the classic TF-Text ops "
                              "(TF Serving 2.2-2.11) instead of the fast ones (2.12+)")
@@ -81,7 +84,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
             if args.model_dir and args.overwrite and os.path.isdir(args.export_dir):
                 options = export_lib.export_options(args.seq_length, args.tflite,
                                                     args.classic_wordpiece, args.encoder_key,
-                                                    args.bf16, args.int8)
+                                                    args.bf16, args.int8,
+                                                    sentence_transformers=args.sentence_transformers)
                 current = export_lib.up_to_date(args.export_dir, args.model_dir,
                                                 args.checkpoint, options)
                 if current is not None:
@@ -94,7 +98,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
                                      hf_dir=args.hf_dir, seq_length=args.seq_length,
                                      overwrite=args.overwrite, tflite=args.tflite,
                                      classic_wordpiece=args.classic_wordpiece, bf16=args.bf16,
-                                     int8=args.int8, stage=stage)
+                                     int8=args.int8, stage=stage,
+                                     sentence_transformers=args.sentence_transformers)
         finally:
             stage.done()
         print(f"exported to {path}")

@@ -60,11 +60,16 @@ def custom_ops(saved_model_dir: str) -> list:
 
 
 def export_options(seq_length: Optional[int], tflite: bool, classic_wordpiece: bool,
-                   encoder_key: str, bf16: bool = False, int8: bool = False) -> dict:
-    """The export's flags as its metadata records them (`options`)."""
-    return {"seq_length": seq_length, "tflite": bool(tflite),
-            "classic_wordpiece": bool(classic_wordpiece), "encoder_key": encoder_key,
-            "bf16": bool(bf16), "int8": bool(int8)}
+                   encoder_key: str, bf16: bool = False, int8: bool = False, *,
+                   sentence_transformers: bool = False) -> dict:
+    """The export's flags as its metadata records them (`options`; a format the export
+    does not write is left out, so earlier exports compare equal)."""
+    options = {"seq_length": seq_length, "tflite": bool(tflite),
+               "classic_wordpiece": bool(classic_wordpiece), "encoder_key": encoder_key,
+               "bf16": bool(bf16), "int8": bool(int8)}
+    if sentence_transformers:
+        options["sentence_transformers"] = True
+    return options
 
 
 def precision_folders(bf16: bool, int8: bool) -> dict:
@@ -296,7 +301,7 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
            encoder_key: str = "encoder", hf_dir: Optional[str] = None,
            seq_length: Optional[int] = None, overwrite: bool = False,
            tflite: bool = False, classic_wordpiece: bool = False, bf16: bool = False,
-           int8: bool = False, stage=None) -> str:
+           int8: bool = False, stage=None, sentence_transformers: bool = False) -> str:
     """Writes the SavedModels, the model card and the metadata; returns `export_dir`.
 
     `stage`: the `progress.Stages` that reports the export's progress (the command's, started
@@ -305,12 +310,16 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     With `tflite`, also `OUT/tflite/` (`cmlm_tf.export.tflite.write_tflite`). With
     `classic_wordpiece`, WordPiece `serving/1` tokenizes with the classic TF-Text ops, which
     TF Serving releases 2.2-2.11 link, instead of the fast ones (2.12 and later). With
-    `bf16` / `int8`, also `OUT/serving_bf16/1/` / `OUT/serving_int8/1/`.
+    `bf16` / `int8`, also `OUT/serving_bf16/1/` / `OUT/serving_int8/1/`. With
+    `sentence_transformers`, also `OUT/sentence_transformers/`
+    (`cmlm_tf.export.sentence_transformers_folder`); an encoder that layout cannot hold is
+    refused before anything is written.
     """
     import tensorflow as tf
 
     from cmlm_tf import progress
-    from cmlm_tf.export import serving, serving_forward
+    from cmlm_tf.export import model_card, serving, serving_forward
+    from cmlm_tf.export import sentence_transformers_folder as st_folder
 
     export_dir = os.path.abspath(export_dir)
     stage = stage or progress.Stages("export")
@@ -323,7 +332,9 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         source, original, checkpoint_hash = _read_checkpoint(model_dir, checkpoint, hf_dir,
                                                              work)
         options = export_options(seq_length, tflite, classic_wordpiece, encoder_key, bf16,
-                                 int8)
+                                 int8, sentence_transformers=sentence_transformers)
+        if sentence_transformers:
+            st_folder.check_representable(source.model)
         seq_length = _checked_seq_length(seq_length, source)
         tokenizer, implementation, vocab_size = _build_tokenizer(
             source.model, classic_wordpiece, export_dir, work)
@@ -350,6 +361,13 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             stage("converting to TFLite")
             with staging.writing(export_dir, "tflite"):
                 meta["tflite"] = tflite_lib.write_tflite(module, os.path.join(staged, "tflite"))
+        if sentence_transformers:
+            stage("writing the sentence-transformers folder")
+            with staging.writing(export_dir, st_folder.FOLDER):
+                meta["sentence_transformers"] = st_folder.write_folder(
+                    os.path.join(staged, st_folder.FOLDER), encoder, source.model,
+                    seq_length, card_lines=model_card.description(meta),
+                    dim=encoder.output_dim)
         _write_metadata_and_card(meta, staged, export_dir)
         staging.publish(staged, export_dir, overwrite)
         stage.done()

@@ -66,7 +66,7 @@ def _origin(src: dict) -> str:
     return origin
 
 
-def _description(meta: dict) -> str:
+def description(meta: dict) -> str:
     """The card's list: source, architecture, pooling, normalisation, length, tokenizer."""
     enc = meta["encoder"]
     lower_cased = "lower-cased" if meta["tokenizer"]["type"] == "sentencepiece" \
@@ -127,5 +127,5 @@ def _contents(meta: dict) -> str:
 
 def model_card(meta: dict) -> str:
     """The README.md of an export whose metadata is `meta`."""
-    return ("# Sentence encoder exported by cmlm_tf\n\n" + _description(meta) + "\n"
+    return ("# Sentence encoder exported by cmlm_tf\n\n" + description(meta) + "\n"
             + _contents(meta) + _HOW_TO_LOAD)

@@ -1,7 +1,8 @@
 """Hugging Face BERT weights in Model Garden's `BertEncoderV2`: the tensor names and layouts
 mapped (`map_hf_tensors`), and the values loaded into a sentence encoder, every shape
 checked (`assign_bert_weights`, `assign`, `assign_dense` for a sentence-transformers
-`Dense` module)."""
+`Dense` module). The way out, `hf_bert_tensors`, is the same mapping read backwards: an
+encoder's weights as the tensors of Transformers' `BertModel`."""
 
 import re
 from typing import Dict
@@ -77,6 +78,59 @@ def map_hf_tensors(tensors: Dict[str, np.ndarray], num_layers: int, num_heads: i
         more = f" and {len(unused) - 5} more" if len(unused) > 5 else ""
         raise ValueError(f"{source}: tensors the encoder does not use: {shown}{more}")
     return mapped
+
+
+def hf_bert_tensors(encoder) -> Dict[str, np.ndarray]:
+    """{Transformers `BertModel` tensor name: float32 value} of `encoder.bert`'s weights,
+    BERT's tanh pooler included (`map_hf_tensors` of the result gives the weights back)."""
+    tensors = {}
+    for variable in encoder.bert.weights:
+        key = _variable_key(variable)
+        value = variable.numpy().astype(np.float32)
+        name = _hf_name(key, value)
+        if name is None:
+            raise ValueError(f"encoder weight {key} has no Hugging Face BERT tensor")
+        tensors[name[0]] = np.ascontiguousarray(name[1])
+    return tensors
+
+
+_EMBEDDING_NAMES = {
+    "word_embeddings/embeddings": "embeddings.word_embeddings.weight",
+    "position_embedding/embeddings": "embeddings.position_embeddings.weight",
+    "type_embeddings/embeddings": "embeddings.token_type_embeddings.weight",
+    "embeddings/layer_norm/gamma": "embeddings.LayerNorm.weight",
+    "embeddings/layer_norm/beta": "embeddings.LayerNorm.bias",
+    "pooler_transform/kernel": "pooler.dense.weight",
+    "pooler_transform/bias": "pooler.dense.bias",
+}
+_NORM_NAMES = {"self_attention_layer_norm": "attention.output.LayerNorm",
+               "output_layer_norm": "output.LayerNorm"}
+
+
+def _hf_name(key: str, value: np.ndarray):
+    """(Hugging Face name, value in its layout) of one `BertEncoderV2` weight, or None."""
+    if key in _EMBEDDING_NAMES:
+        return _EMBEDDING_NAMES[key], value.T if key.endswith("kernel") else value
+    match = re.fullmatch(r"transformer/layer_(\d+)/(.+)/(kernel|bias|gamma|beta)", key)
+    if not match:
+        return None
+    layer, part, kind = f"encoder.layer.{match.group(1)}", match.group(2), match.group(3)
+    suffix = "weight" if kind in ("kernel", "gamma") else "bias"
+    if part in _NORM_NAMES:
+        return f"{layer}.{_NORM_NAMES[part]}.{suffix}", value
+    if part in ("self_attention/query", "self_attention/key", "self_attention/value"):
+        name = f"{layer}.attention.self.{part.rsplit('/', 1)[1]}.{suffix}"
+        # EinsumDense [in, heads, head_dim] -> Linear [out, in]; bias [heads, head_dim].
+        return name, value.reshape(value.shape[0], -1).T if kind == "kernel" \
+            else value.reshape(-1)
+    if part == "self_attention/attention_output":
+        # [heads, head_dim, out] -> [out, heads * head_dim].
+        return f"{layer}.attention.output.dense.{suffix}", \
+            value.reshape(-1, value.shape[-1]).T if kind == "kernel" else value
+    dense = {"intermediate": "intermediate.dense", "output": "output.dense"}.get(part)
+    if dense is None:
+        return None
+    return f"{layer}.{dense}.{suffix}", value.T if kind == "kernel" else value
 
 
 def _variable_key(variable) -> str:

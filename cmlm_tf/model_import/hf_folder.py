@@ -31,6 +31,10 @@ _HF_ACTIVATIONS = {
     "swish": "swish",
     "silu": "swish",
 }
+# The way out: EncoderConfig.hidden_activation -> Hugging Face's `hidden_act` (the name
+# Transformers' BERT computes exactly so).
+HF_ACTIVATION_NAMES = {"gelu_exact": "gelu", "gelu_approx": "gelu_new", "relu": "relu",
+                       "swish": "silu"}
 
 
 def read_json(path: str, required: bool = False, kind: type = dict) -> Optional[dict]:
@@ -84,6 +88,9 @@ _DENSE_ACTIVATIONS = {
     "torch.nn.modules.activation.ReLU": "relu",
     "torch.nn.modules.activation.Sigmoid": "sigmoid",
 }
+# The way out: EncoderConfig.projection_activation -> a `Dense` module's activation_function.
+DENSE_ACTIVATION_CLASSES = {name: torch_class
+                            for torch_class, name in _DENSE_ACTIVATIONS.items()}
 
 
 def pooling_mode(pooling: dict, path: str) -> str:

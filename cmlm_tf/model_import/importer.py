@@ -67,10 +67,15 @@ def detect(path: str) -> Tuple[str, str]:
 
 def _cmlm_tf_export(path: str):
     """The cmlm_tf export `path` is, or is a folder of (`serving/1`, `encoder`,
-    `preprocessor`), or None."""
+    `preprocessor`), or None. An export's sentence-transformers folder is a Hugging Face
+    folder like any other: None."""
+    from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
     from cmlm_tf.inference import METADATA_FILE
 
     folder = os.path.normpath(os.path.abspath(path))
+    if os.path.basename(folder) == SENTENCE_TRANSFORMERS_FOLDER and \
+            os.path.isfile(os.path.join(os.path.dirname(folder), METADATA_FILE)):
+        return None
     for _ in range(3):
         if os.path.isfile(os.path.join(folder, METADATA_FILE)):
             return folder

@@ -87,3 +87,25 @@ def test_missing_tensor_is_an_error(tmp_path):
     hf_dir, _ = make_hf_dir(tmp_path / "hf", drop=["encoder.layer.1.output.dense.bias"])
     with pytest.raises(ValueError, match="model.safetensors"):
         hf_bert.convert(str(hf_dir), str(tmp_path / "out"))
+
+
+def test_the_way_out_maps_back_to_every_encoder_weight():
+    """`hf_bert_tensors` is `map_hf_tensors` read backwards: Transformers' BertModel names
+    and layouts, whose import gives every weight of the encoder back, exactly."""
+    from cmlm_tf.model_import import bert_weights
+    from tests.conftest import tiny_encoder_config
+
+    encoder = sentence_encoder.build_sentence_encoder(
+        tiny_encoder_config(40, num_layers=2, num_attention_heads=4))
+    rng = np.random.default_rng(0)
+    for weight in encoder.weights:
+        weight.assign(rng.normal(size=weight.shape).astype(np.float32))
+    tensors = bert_weights.hf_bert_tensors(encoder)
+    assert tensors["encoder.layer.1.attention.self.query.weight"].shape == (32, 32)
+    assert tensors["encoder.layer.0.intermediate.dense.weight"].shape == (64, 32)
+    assert tensors["pooler.dense.weight"].shape == (32, 32)
+    mapped = bert_weights.map_hf_tensors(tensors, num_layers=2, num_heads=4, source="out")
+    by_key = {bert_weights._variable_key(v): v.numpy() for v in encoder.bert.weights}
+    assert set(mapped) == {key for key in by_key if not key.startswith("pooler_transform/")}
+    for key, value in mapped.items():
+        np.testing.assert_array_equal(value, by_key[key], err_msg=key)

@@ -43,17 +43,6 @@ class LocalSTSBenchmarkDev(AbsTaskSTS):
 
 
 @pytest.fixture(scope="module")
-def minilm_export(tmp_path_factory, minilm_hf_dir):
-    """The real all-MiniLM-L6-v2 exported as conftest's fixture of that name, less the
-    TFLite model, which MTEB does not read: this folder runs alone in CI, on a short clock."""
-    from cmlm_tf.export import export_lib
-
-    export_dir = tmp_path_factory.mktemp("exports") / "minilm"
-    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir))
-    return export_dir
-
-
-@pytest.fixture(scope="module")
 def minilm(minilm_export):
     return mteb_adapter.MTEBEncoder(cmlm_tf.load(str(minilm_export)))
 

@@ -1,0 +1,102 @@
+"""The sentence-transformers folder's files (cmlm_tf/export/sentence_transformers_folder.py),
+and the encoders it refuses. sentence-transformers itself loads the folders in the MTEB venv
+(tests/mteb_extra/test_sentence_transformers_export.py)."""
+
+import json
+
+import numpy as np
+import pytest
+import tf_keras
+from safetensors.numpy import load_file
+
+from cmlm_tf import configs
+from cmlm_tf.export import export_lib
+from cmlm_tf.export import sentence_transformers_folder as st_folder
+from cmlm_tf.modeling import sentence_encoder
+from tests.conftest import TESTS_DIR, tiny_encoder_config
+
+STANDINS = TESTS_DIR / "testdata" / "st_standins"
+
+
+def _labse_layout_model(tiny_vocab):
+    vocab_size = len(tiny_vocab.read_text(encoding="utf-8").splitlines())
+    encoder = tiny_encoder_config(vocab_size, pooling="cls", projection_size=6,
+                                  projection_activation="tanh")
+    return configs.SentenceModelConfig(
+        encoder=encoder, tokenizer=configs.TokenizerConfig(vocab_file=str(tiny_vocab),
+                                                           lower_case=False))
+
+
+def test_the_labse_layout_is_written_as_sentence_transformers_saves_it(tiny_vocab, tmp_path):
+    model = _labse_layout_model(tiny_vocab)
+    tf_keras.utils.set_random_seed(2)
+    encoder = sentence_encoder.build_sentence_encoder(model.encoder)
+    folder = tmp_path / "st"
+    written = st_folder.write_folder(str(folder), encoder, model, seq_length=20,
+                                     card_lines="- Source: a test", dim=6)
+    assert written["modules"] == ["Transformer", "Pooling", "Dense", "Normalize"]
+
+    def read(name):
+        return json.loads((folder / name).read_text(encoding="utf-8"))
+
+    assert [m["path"] for m in read("modules.json")] == ["", "1_Pooling", "2_Dense",
+                                                         "3_Normalize"]
+    assert read("sentence_bert_config.json")["max_seq_length"] == 20
+    pooling = read("1_Pooling/config.json")
+    assert pooling["pooling_mode_cls_token"] and not pooling["pooling_mode_mean_tokens"]
+    dense = read("2_Dense/config.json")
+    assert (dense["in_features"], dense["out_features"]) == (32, 6)
+    assert dense["activation_function"] == "torch.nn.modules.activation.Tanh"
+    weights = load_file(str(folder / "2_Dense" / "model.safetensors"))
+    np.testing.assert_array_equal(weights["linear.weight"], encoder.projection.kernel.numpy().T)
+    config = read("config.json")
+    assert (config["model_type"], config["hidden_act"], config["num_hidden_layers"]) == \
+        ("bert", "gelu", 2)
+    assert config["vocab_size"] == len(load_file(str(folder / "model.safetensors"))[
+        "embeddings.word_embeddings.weight"])
+    tokenizer = read("tokenizer.json")
+    assert tokenizer["normalizer"]["lowercase"] is False  # a cased vocabulary
+    assert tokenizer["model"]["vocab"]["[CLS]"] == 2 and read("tokenizer_config.json")[
+        "model_max_length"] == 20
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert "library_name: sentence-transformers" in card and "- Source: a test" in card
+    assert "cls pooling, a tanh Dense projection to 6, L2 normalisation" in card
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("tokenizer.type", "sentencepiece", "the sentencepiece tokenizer"),
+    ("encoder.hidden_activation", "mish", "hidden_activation 'mish'"),
+    ("encoder.projection_activation", "softmax", "projection_activation 'softmax'")])
+def test_an_encoder_the_layout_cannot_hold_is_refused_in_one_line(tiny_vocab, field, value,
+                                                                   named):
+    model = _labse_layout_model(tiny_vocab)
+    part, name = field.split(".")
+    setattr(getattr(model, part), name, value)
+    with pytest.raises(ValueError, match="--sentence_transformers: " + named) as refused:
+        st_folder.check_representable(model)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_refused_export_writes_nothing(tiny_sp_run_dir, tmp_path):
+    export_dir = tmp_path / "out"
+    with pytest.raises(ValueError, match="the sentencepiece tokenizer"):
+        export_lib.export(str(export_dir), model_dir=str(tiny_sp_run_dir),
+                          sentence_transformers=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_folder_imports_back_to_the_same_vectors(tmp_path):
+    """The way back: the LaBSE-layout stand-in exported with its sentence-transformers
+    folder, that folder imported again (`--hf_dir OUT/sentence_transformers`), gives the
+    same vectors, Dense projection and casing included."""
+    import cmlm_tf
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    export_lib.export(str(first), hf_dir=str(STANDINS / "labse_layout"),
+                      sentence_transformers=True)
+    export_lib.export(str(second), hf_dir=str(first / st_folder.FOLDER))
+    texts = ["Hello World.", "hello world.", "Tous les êtres humains naissent libres.",
+             "人人生而自由", "zero\u200bwidth"]
+    vectors = [cmlm_tf.load(str(folder)).encode(texts) for folder in (first, second)]
+    assert np.sum(vectors[0] * vectors[1], axis=1).min() >= 0.99999
+    assert np.abs(vectors[0][0] - vectors[0][1]).max() > 1e-3  # cased: the texts differ
