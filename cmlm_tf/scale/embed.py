@@ -368,7 +368,8 @@ def run(config: EmbedConfig, beam_args: Sequence[str] = (),
         build_pipeline(pipeline, config, staging, beam_options.worker_threads(options),
                        progress_folder, encode_dofn)
         result = pipeline_progress.run_pipeline(pipeline, progress_folder, total, report,
-                                                progress_every, _PREFIX if local else None)
+                                                progress_every, _PREFIX if local else None,
+                                                output=config.output)
         if progress_folder is not None:
             folders.delete_folder(progress_folder)
         counts, shards = _finish(config, staging, result, report, fingerprints)

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Set, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from cmlm_tf import tf_logs
+from cmlm_tf import disk, tf_logs
 
 # How long an interrupted run waits for its stopped workers and its pipeline, and then for
 # Beam's other threads to end.
@@ -241,7 +241,8 @@ def _report_until_done(thread: threading.Thread, progress_folder: Optional[str],
 
 def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
                  total: Optional[int], report: Callable[[str], None],
-                 every: float = 10.0, own_prefix: Optional[str] = None):
+                 every: float = 10.0, own_prefix: Optional[str] = None,
+                 output: Optional[str] = None):
     """Runs `pipeline`, reporting progress every `every` seconds from the progress files
     (when there are any); returns Beam's result or raises `PipelineFailed`.
 
@@ -249,7 +250,8 @@ def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
     with it reach the console; the others, the workers' included, go to a log file, which
     is kept, and named in the failure line, only when the pipeline fails. An interrupted
     run (Ctrl-C) kills the workers it started, and waits for them, before it lets the
-    interrupt go on.
+    interrupt go on. A worker that ran out of disk space is reported as such, naming
+    `output` (the folder the pipeline writes) and the space left there.
     """
     log = _new_log() if own_prefix is not None else None
     try:
@@ -259,8 +261,10 @@ def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
         raise
     if "error" in outcome:
         where = f" (the workers' log: {log})" if log else ""
-        raise PipelineFailed(f"the pipeline failed: {failure_line(outcome['error'])}{where}"
-                             ) from outcome["error"]
+        cause = failure_line(outcome["error"])
+        if output is not None and ("[Errno 28]" in cause or "No space left" in cause):
+            cause = str(disk.DiskFullError(output))
+        raise PipelineFailed(f"the pipeline failed: {cause}{where}") from outcome["error"]
     _remove(log)
     return outcome["result"]
 

@@ -107,6 +107,7 @@ def test_a_source_file_changed_after_embedding_is_refused(capsys, tmp_path, tiny
     embed.run(embed.EmbedConfig(str(tiny_export), [str(src)], str(tmp_path / "emb")),
               IN_PROCESS, report=lambda line: None)
     src.write_text("only one line\n", encoding="utf-8")
+    capsys.readouterr()  # what the embedding run logged (Beam's runner notes) is not mine's
     code, err = _mine(capsys, ["--src", str(src), "--tgt", str(src), "--src_vectors",
                                str(tmp_path / "emb"), "--tgt_vectors", str(tmp_path / "emb"),
                                "--output", str(tmp_path / "p.tsv")])

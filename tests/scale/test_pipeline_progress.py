@@ -8,6 +8,9 @@ import sys
 import threading
 import time
 
+import apache_beam as beam
+import pytest
+
 from cmlm_tf.scale import pipeline_progress
 from tests.conftest import REPO_DIR
 
@@ -75,3 +78,21 @@ def test_an_interrupted_run_stops_the_workers_it_finds():
         for process in (worker, other):
             process.kill()
             process.wait()
+
+
+def _no_space(element):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_names_the_output_and_its_free_space(tmp_path):
+    """A worker's ENOSPC, which Beam reports as a bare OSError, names the folder the
+    pipeline writes and the space left there."""
+
+    pipeline = beam.Pipeline(runner="DirectRunner")
+    _ = pipeline | beam.Create([1]) | beam.Map(_no_space)
+    with pytest.raises(pipeline_progress.PipelineFailed) as failed:
+        pipeline_progress.run_pipeline(pipeline, None, None, lambda line: None,
+                                       output=str(tmp_path / "out"))
+    assert re.match(rf"the pipeline failed: {re.escape(str(tmp_path / 'out'))}: no space left "
+                    r"on device while writing it \([\d.]+ MiB free there\)", str(failed.value)), \
+        str(failed.value)
