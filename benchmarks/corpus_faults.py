@@ -19,7 +19,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import tempfile
 from unittest import mock
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -383,14 +382,8 @@ def main():
     args = parser.parse_args()
     if args.int8_child:
         return _int8_child(args.int8_child)
-    work = args.work_dir or tempfile.mkdtemp(prefix="corpus_faults-")
-    os.makedirs(work, exist_ok=True)
-    try:
-        results = run_cases(prepare(work, args.steps))
-    finally:
-        if not args.work_dir:
-            shutil.rmtree(work, ignore_errors=True)
-    return fault_runs.print_table(results)
+    return fault_runs.run_in_work_folder(args.work_dir, "corpus_faults-",
+                                         lambda work: run_cases(prepare(work, args.steps)))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import contextlib
 import io
 import pathlib
 import re
+import shutil
+import tempfile
 import traceback
 
 OUTCOMES = ("ok", "clear", "unnamed", "traceback", "silent wrong", "lost", "not run")
@@ -93,3 +95,16 @@ def print_table(results, width=110):
     print(f"{len(results)} cases: " + ", ".join(f"{n} {o}" for o, n in counts.items()))
     good = counts["ok"] + counts["clear"] + counts["not run"]
     return 0 if good == len(results) else 1
+
+
+def run_in_work_folder(work_dir, prefix, run_all):
+    """Prints the table of `run_all(work)`'s results, run in `work_dir` (kept), or in a new
+    temporary folder named `prefix...` (removed afterwards); returns `print_table`'s code."""
+    work = work_dir or tempfile.mkdtemp(prefix=prefix)
+    pathlib.Path(work).mkdir(parents=True, exist_ok=True)
+    try:
+        results = run_all(work)
+    finally:
+        if not work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    return print_table(results)

@@ -293,14 +293,7 @@ def main():
     parser.add_argument("--work_dir", help="where to write the cases (default: a temporary "
                                            "folder, removed afterwards)")
     args = parser.parse_args()
-    work = args.work_dir or tempfile.mkdtemp(prefix="import_faults-")
-    os.makedirs(work, exist_ok=True)
-    try:
-        results = run_cases(work)
-    finally:
-        if not args.work_dir:
-            shutil.rmtree(work, ignore_errors=True)
-    return fault_runs.print_table(results)
+    return fault_runs.run_in_work_folder(args.work_dir, "import_faults-", run_cases)
 
 
 if __name__ == "__main__":
