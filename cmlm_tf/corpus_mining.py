@@ -274,7 +274,7 @@ def _search_on_beam(settings: SearchSettings, index: str, src_vectors, tgt_vecto
         work_dir = output_folders.work_folder(parent, WORK_PREFIX)
     try:
         found = beam_knn.search_both_sides(src_vectors, tgt_vectors, settings.k, spec,
-                                           work_dir, beam_args)
+                                           work_dir, beam_args, own_prefix="mine: ")
     finally:
         if "://" not in parent:
             output_folders.remove_work(work_dir, parent, parent_made)

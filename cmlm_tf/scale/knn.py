@@ -26,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from cmlm_tf.evaluation import ann, knn
-from cmlm_tf.scale import folders
+from cmlm_tf.scale import folders, pipeline_progress
 from cmlm_tf.scale import options as beam_options
 
 DIRECTIONS = ("forward", "backward")
@@ -269,8 +269,9 @@ def collect(work_dir: str, num_src: int, num_tgt: int, k: int,
 
 def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec,
                       work_dir: str, options: Sequence[str] = (),
-                      shard_rows: int = DEFAULT_SHARD_ROWS,
-                      seed: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                      shard_rows: int = DEFAULT_SHARD_ROWS, seed: int = 0,
+                      own_prefix: Optional[str] = None
+                      ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Forward and backward k-NN of two L2-normalised sets of vectors, on Beam.
 
     Args:
@@ -281,6 +282,9 @@ def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec
         options: Beam pipeline options (`--runner=...`; none: worker processes here,
             `cmlm_tf.scale.options.make_options`). Local workers share the cores: each
             gets its share of threads unless `spec.threads` says otherwise.
+        own_prefix: the command's own lines start with it: while local workers run, every
+            other line on stderr (the workers' included) goes to a log file, kept and named
+            only when the pipeline fails (`pipeline_progress.run_pipeline`).
 
     Returns:
         forward cosines, forward indices [n_src, k]; backward cosines, indices [n_tgt, k].
@@ -290,10 +294,14 @@ def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec
         spec = dataclasses.replace(spec, threads=beam_options.worker_threads(pipeline_options)[0])
     try:
         probes = prepare(src, tgt, work_dir, spec, k, seed)
-        with beam.Pipeline(runner=beam_options.make_runner(pipeline_options),
-                           options=pipeline_options) as pipeline:
-            build_pipeline(pipeline, work_dir, src.shape[0], tgt.shape[0], k, spec,
-                           shard_rows, probes)
+        pipeline = beam.Pipeline(runner=beam_options.make_runner(pipeline_options),
+                                 options=pipeline_options)
+        build_pipeline(pipeline, work_dir, src.shape[0], tgt.shape[0], k, spec, shard_rows,
+                       probes)
+        local = beam_options.runs_here(pipeline_options) and not folders.is_remote(work_dir)
+        pipeline_progress.run_pipeline(pipeline, None, None, lambda line: None,
+                                       own_prefix=own_prefix if local else None,
+                                       output=work_dir)
         return collect(work_dir, src.shape[0], tgt.shape[0], k, shard_rows)
     finally:
         if not folders.is_remote(work_dir):

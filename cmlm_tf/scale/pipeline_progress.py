@@ -3,7 +3,8 @@ work done, counted by the workers in progress files; and one line that says why 
 
 Workers are other processes, so each encoder keeps its count in a file of a local folder
 (`ProgressFile`), and the command sums the files (`read_progress`) while the pipeline runs on
-a background thread (`run_pipeline`). Used by `cmlm_tf.scale.embed`.
+a background thread (`run_pipeline`). Used by `cmlm_tf.scale.embed`, and by `cmlm_tf.scale.knn`
+for its workers' lines.
 
 Local workers are started by Beam with this process's stderr and in its process group: what
 they print (Beam's warnings about cloud clients it cannot load, their tracebacks when they
