@@ -5,7 +5,7 @@ and each as a share of the machine's matmul peak in its own number type.
         [--systems serving,serving_bf16,serving_int8,...] [--baseline_model OLD_EXPORT] \
         [--batch_size 64] [--repeats 3] [--threads N] [--st_model DIR] \
         [--st_python VENV/bin/python] [--st_int8_python VENV/bin/python] \
-        [--cap_isa avx2|avx512] [--limit BATCHES]
+        [--cap_isa avx2|avx512] [--limit BATCHES] [--kernels]
 
 Both columns of the STS-B file, in batches of `--batch_size` in input order (no length
 sorting across requests: they arrive as they come). Every system runs in its own fresh
@@ -59,6 +59,13 @@ oneDNN's `ONEDNN_MAX_CPU_ISA` (TensorFlow's and torch's), torch's `ATEN_CPU_CAPA
 kernels, LiteRT's XNNPACK and ONNX Runtime's MLAS have no such switch and still use what the
 CPU has.
 
+`--kernels` also counts the oneDNN kernels each system runs (TensorFlow's and torch's;
+LiteRT and ONNX Runtime run none): after the timed rounds, each system starts once more in
+a process with `ONEDNN_VERBOSE=1`, makes one warm-up pass over the texts and one counted
+pass, and the counts of the counted pass are printed per system by kernel (`KIND
+IMPLEMENTATION PROPAGATION`, `cmlm_tf.host.onednn_kernel_counts`): whether the dense layers
+run `brgemm` (`avx10_1_512_amx` on AMX) or the older `gemm:jit`, and how many reorders.
+
 `--limit N` times only the first N batches (a quick end-to-end check of the script). The
 benchmark asserts nothing about time.
 """
@@ -106,10 +113,30 @@ def token_counts(model: str, texts) -> list:
     return counts
 
 
+def answers_channel(verbose_file):
+    """Where the worker writes its JSON answers: stdout, or, with `verbose_file`, a copy of
+    it, stdout itself (file descriptor 1, where oneDNN prints) then going to that file."""
+    if not verbose_file:
+        return sys.stdout
+    channel = os.fdopen(os.dup(1), "w")
+    descriptor = os.open(verbose_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(descriptor, 1)
+    os.close(descriptor)
+    return channel
+
+
+def run_batches(encode, texts, batch_size: int) -> None:
+    for index in range(0, len(texts), batch_size):
+        encode(texts[index:index + batch_size])
+
+
 def worker(args) -> None:
     """Answers JSON lines on stdin: {"texts": file} loads them; "time" runs every batch
-    once and answers the seconds; {"vectors": file} saves the vectors of all texts. The
-    `machine` worker answers "peak" (matmul GFLOP/s) and "tokens" (counts of the texts)."""
+    once and answers the seconds; "kernels" (with `--onednn_verbose FILE`) runs every batch
+    twice and answers the span of FILE the second pass printed; {"vectors": file} saves the
+    vectors of all texts. The `machine` worker answers "peak" (matmul GFLOP/s) and "tokens"
+    (counts of the texts)."""
+    channel = answers_channel(args.onednn_verbose)
     if args.worker == "machine":
         import tensorflow as tf
 
@@ -120,7 +147,7 @@ def worker(args) -> None:
     else:
         encode = serving_systems.build(args.worker, args)
     texts = []
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"ready": True}), file=channel, flush=True)
     for line in sys.stdin:
         command = json.loads(line)
         if "texts" in command:
@@ -129,9 +156,15 @@ def worker(args) -> None:
             answer = {"ok": True}
         elif command.get("cmd") == "time":
             start = time.perf_counter()
-            for index in range(0, len(texts), args.batch_size):
-                encode(texts[index:index + args.batch_size])
+            run_batches(encode, texts, args.batch_size)
             answer = {"seconds": time.perf_counter() - start}
+        elif command.get("cmd") == "kernels":
+            run_batches(encode, texts, args.batch_size)  # weights reordered and kept
+            sys.stdout.flush()
+            start = os.path.getsize(args.onednn_verbose)
+            run_batches(encode, texts, args.batch_size)
+            sys.stdout.flush()
+            answer = {"start": start, "end": os.path.getsize(args.onednn_verbose)}
         elif command.get("cmd") == "peak":
             answer = serving_systems.matmul_peak()
         elif command.get("cmd") == "tokens":
@@ -145,14 +178,17 @@ def worker(args) -> None:
             answer = {"ok": True}
         else:
             answer = {"error": f"unknown command {command}"}
-        print(json.dumps(answer), flush=True)
+        print(json.dumps(answer), file=channel, flush=True)
 
 
 # --------------------------------------------------------------------------- parent side
 
 
 class Worker:
-    def __init__(self, system: str, args):
+    """A worker process for `system`; with `verbose_file`, run with ONEDNN_VERBOSE=1 and
+    its stdout (oneDNN's lines) written to that file."""
+
+    def __init__(self, system: str, args, verbose_file=None):
         kind = "machine" if system == "machine" else serving_systems.spec(system)[0]
         python = {"st": args.st_python,
                   "st_onnx_int8": args.st_int8_python or args.st_python}.get(kind,
@@ -163,7 +199,10 @@ class Worker:
         for flag in ("threads", "st_model", "baseline_model"):
             if getattr(args, flag):
                 command += [f"--{flag}", str(getattr(args, flag))]
-        extra = {} if system == "machine" else serving_systems.spec(system)[3]
+        extra = {} if system == "machine" else dict(serving_systems.spec(system)[3])
+        if verbose_file:
+            command += ["--onednn_verbose", verbose_file]
+            extra["ONEDNN_VERBOSE"] = "1"
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **child_environment(args), **extra)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, env=env)
@@ -237,7 +276,11 @@ def parse_args():
                         help="cap the instruction set of every child process (see above)")
     parser.add_argument("--limit", type=int, default=None,
                         help="time only the first N batches (a quick check of the script)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also count the oneDNN kernels of one pass of each system "
+                             "(ONEDNN_VERBOSE=1, see above)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--onednn_verbose", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--work", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -285,6 +328,35 @@ def time_systems(args, texts_file: str, first: list, gold: list):
     for worker_process in workers.values():
         worker_process.close()
     return best, spearman, warmup
+
+
+def kernel_counts(args, texts_file: str) -> dict:
+    """system -> {oneDNN kernel: runs} of one pass over the texts after a warm-up pass, each
+    system in a fresh process with ONEDNN_VERBOSE=1."""
+    from cmlm_tf.host import onednn_kernel_counts
+
+    counts = {}
+    for system in args.system_list:
+        verbose_file = os.path.join(args.work, f"{system}.onednn_verbose")
+        process = Worker(system, args, verbose_file)
+        process.ask({"texts": texts_file})
+        span = process.ask({"cmd": "kernels"})
+        process.close()
+        with open(verbose_file, "rb") as f:
+            f.seek(span["start"])
+            printed = f.read(span["end"] - span["start"]).decode("utf-8", errors="replace")
+        counts[system] = onednn_kernel_counts(printed)
+        print(f"counted the oneDNN kernels of {system}", flush=True)
+    return counts
+
+
+def print_kernel_counts(counts: dict, texts: int, batch_size: int) -> None:
+    print(f"oneDNN kernels of one pass over the {texts} texts in batches of {batch_size} "
+          "(after a warm-up pass; ONEDNN_VERBOSE=1):")
+    for system, kernels in counts.items():
+        print(f"  {system}:" + ("" if kernels else " none (no oneDNN)"))
+        for name, runs in sorted(kernels.items(), key=lambda item: (-item[1], item[0])):
+            print(f"    {runs:8d}  {name}")
 
 
 def peak_of(system: str, peak: dict) -> float:
@@ -355,8 +427,11 @@ def main() -> None:
         machine = Worker("machine", args)
         after = machine.ask({"cmd": "peak"})
         machine.close()
+        kernels = kernel_counts(args, texts_file) if args.kernels else None
     peak = {library: max(peak[library], after.get(library, 0.0)) for library in peak}
     report(args, texts, best, spearman, peak, useful_flops)
+    if kernels is not None:
+        print_kernel_counts(kernels, len(texts), args.batch_size)
 
 
 if __name__ == "__main__":

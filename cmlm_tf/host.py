@@ -3,7 +3,8 @@
 What the CPU is (`cpu_model`, `cpu_flags`, `describe_cpu` for the speed figures of
 benchmarks), whether it multiplies bfloat16 natively (`native_bfloat16`; a warning, once, when
 `precision='bfloat16'` would run emulated), whether oneDNN's int8 matmul runs
-(`int8_matmul_runs`), and TensorFlow's thread pools, set before its
+(`int8_matmul_runs`), which oneDNN kernels a process ran (`onednn_kernel_counts`, from its
+`ONEDNN_VERBOSE=1` output), and TensorFlow's thread pools, set before its
 runtime starts (`apply_thread_settings`). TensorFlow is imported only where it is asked.
 """
 
@@ -102,6 +103,31 @@ def int8_matmul_runs() -> bool:
             tf.errors.UnimplementedError, tf.errors.InternalError):
         return False
     return True
+
+
+def onednn_kernel_counts(verbose_output: str) -> Dict[str, int]:
+    """How many times each oneDNN kernel ran, from what a process printed with
+    `ONEDNN_VERBOSE=1` (TensorFlow's and torch's oneDNN both print it to stdout).
+
+    Each primitive execution line counts once, keyed `KIND IMPLEMENTATION PROPAGATION`, for
+    example `inner_product brgemm:avx512_core_bf16 forward_inference`: `gemm:jit` is oneDNN's
+    older inner product, `brgemm`/`brg_matmul` its batch-reduce kernels (`avx10_1_512_amx`
+    where they run on AMX tiles); a matmul or reorder has no propagation kind (`undef`).
+    Other lines (the model's own output, oneDNN's info and creation lines) are skipped.
+    """
+    counts: Dict[str, int] = {}
+    for line in verbose_output.splitlines():
+        fields = line.strip().split(",")
+        if fields[0] not in ("onednn_verbose", "dnnl_verbose") or "exec" not in fields:
+            continue
+        # onednn_verbose[,v1][,primitive],exec,ENGINE,KIND,IMPLEMENTATION,PROPAGATION,...
+        # (the graph API's lines, `graph,exec`, name partitions, not kernels).
+        start = fields.index("exec") + 2
+        if "graph" in fields[:start] or len(fields) < start + 3:
+            continue
+        key = " ".join(fields[start:start + 3])
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 @functools.cache

@@ -1,5 +1,6 @@
-"""The machine's side of `encode()`: CPU flags read for bfloat16 and speed figures, and
-TensorFlow's thread settings, which apply only before its runtime starts."""
+"""The machine's side of `encode()`: CPU flags read for bfloat16 and speed figures, the
+oneDNN kernels a verbose run names, and TensorFlow's thread settings, which apply only before
+its runtime starts."""
 
 import pytest
 
@@ -18,6 +19,29 @@ def test_native_bfloat16_and_speed_flags_follow_the_cpu_flags(monkeypatch):
     assert host.native_bfloat16() is None
     assert host.speed_flags() == []
     assert host.describe_cpu().endswith("flags: unknown")
+
+
+def test_onednn_kernel_counts_count_executions_by_kernel():
+    verbose = "\n".join([
+        "onednn_verbose,v1,info,oneDNN v3.7.3 (commit N/A)",
+        "onednn_verbose,v1,primitive,info,template:operation,engine,primitive,implementation",
+        "onednn_verbose,v1,primitive,create:cache_miss,cpu,inner_product,x64:gemm:jit,"
+        "forward_training,src:f32::blocked:ab::f0,,,mb8ic32oc64,0.1",
+        "onednn_verbose,v1,primitive,exec,cpu,inner_product,x64:gemm:jit,forward_training,"
+        "src:f32::blocked:ab::f0 wei:f32::blocked:ba::f0,attr-scratchpad:user,,mb8ic32oc64,0.05",
+        "onednn_verbose,v1,primitive,exec,cpu,inner_product,brgemm:avx512_core_bf16,"
+        "forward_inference,src:bf16::blocked:ab::f0,,,mb8ic32oc64,0.02",
+        "onednn_verbose,v1,primitive,exec,cpu,inner_product,brgemm:avx512_core_bf16,"
+        "forward_inference,src:bf16::blocked:ab::f0,attr-post-ops:eltwise_gelu_erf,,mb8,0.02",
+        "onednn_verbose,v1,graph,exec,cpu,100002,sdp,MatMul;Add;SoftMax,,in0,strict,dnnl,0.1",
+        "onednn_verbose,exec,cpu,reorder,jit:uni,undef,src_f32::blocked:ba:f0,,,32x64,0.01",
+        "the model's own output, exec,cpu,inner_product",
+    ])
+    assert host.onednn_kernel_counts(verbose) == {
+        "inner_product x64:gemm:jit forward_training": 1,
+        "inner_product brgemm:avx512_core_bf16 forward_inference": 2,
+        "reorder jit:uni undef": 1}
+    assert host.onednn_kernel_counts("") == {}
 
 
 def test_negative_thread_counts_are_refused():

@@ -11,7 +11,10 @@ with activations that are not negative. The layer fits that kernel exactly:
   rounded to int8 over [-127, 127] once, at export; the column scales multiply the output;
 - activations: quantized at run time, per call, over [0, max(x) - min(x)] after a shift by
   -min(x) (when min(x) < 0); the shift's contribution, shift * (the column sums of the
-  quantized weights), is taken off the bias, so the result is x @ W + b up to rounding.
+  quantized weights), is taken off the bias, so the result is x @ W + b up to rounding;
+- the int8 kernel is a constant of the graph that calls the layer (`graph_kernel`), so that
+  oneDNN reorders it into its blocked layout once and keeps it; read from a variable, it is
+  reordered on every call.
 
 Requires TensorFlow's oneDNN kernels (on by default on x86-64 Linux; off with
 TF_ENABLE_ONEDNN_OPTS=0): where the kernel cannot run, building a layer raises
@@ -38,6 +41,21 @@ def available() -> bool:
     return host.int8_matmul_runs()
 
 
+def graph_kernel(kernel) -> tf.Tensor:
+    """A dense layer's kernel as its matmul reads it: a NumPy array becomes a constant of
+    the graph being traced, a variable is read.
+
+    grappler marks a fused matmul whose weights are a constant (`is_filter_const`) and
+    oneDNN then keeps them in its own blocked layout, reordered once, and runs its brgemm
+    kernels for inference; weights read from a variable are taken as changing between
+    calls: the float matmuls run oneDNN's older `gemm:jit` path and the int8 one reorders
+    its weights on every call.
+    """
+    if isinstance(kernel, np.ndarray):
+        return tf.constant(kernel)
+    return tf.convert_to_tensor(kernel)
+
+
 def _quantized_product(activations, kernel, bias, low, high):
     """uint8 activations (range [low, high]) times int8 weights (range [-1, 1]), plus the
     float32 bias: float32, in one oneDNN kernel."""
@@ -53,6 +71,8 @@ class Int8Dense(tf.Module):
     Args:
         kernel: float [in, out] NumPy array or tensor.
         bias: float [out], or None.
+        constant_kernel: keep the int8 kernel as a NumPy array that each trace makes a
+            graph constant (`graph_kernel`; not saved as a variable), else a variable.
 
     Call args:
         x: float32 [rows, in].
@@ -61,7 +81,8 @@ class Int8Dense(tf.Module):
         float32 [rows, out].
     """
 
-    def __init__(self, kernel, bias=None, name: str = "int8_dense"):
+    def __init__(self, kernel, bias=None, name: str = "int8_dense",
+                 constant_kernel: bool = True):
         super().__init__(name=name)
         if not available():
             raise Int8Unavailable(
@@ -72,8 +93,9 @@ class Int8Dense(tf.Module):
         quantized = np.clip(np.round(kernel / column_scale * 127.0), -127, 127).astype(np.int8)
         bias = (np.zeros(kernel.shape[1], np.float32) if bias is None
                 else np.asarray(bias, np.float32))
-        # Stored as int8 (checkpoints keep it exactly) and seen as qint8 by the kernel.
-        self.kernel = tf.Variable(quantized, trainable=False, name="kernel")
+        # Stored as int8 (exactly) and seen as qint8 by the matmul.
+        self.kernel = (quantized if constant_kernel
+                       else tf.Variable(quantized, trainable=False, name="kernel"))
         self.column_scale = tf.Variable(column_scale, trainable=False, name="column_scale")
         # In units of the column scale: the kernel adds the bias before the scale multiplies.
         self.scaled_bias = tf.Variable(bias / column_scale, trainable=False, name="scaled_bias")
@@ -88,6 +110,7 @@ class Int8Dense(tf.Module):
         activations, low, high = tf.raw_ops.QuantizeV2(input=shifted, min_range=0.0,
                                                        max_range=top, T=tf.quint8,
                                                        mode="SCALED")
-        product = _quantized_product(activations, tf.bitcast(self.kernel, tf.qint8),
+        product = _quantized_product(activations, tf.bitcast(graph_kernel(self.kernel),
+                                                             tf.qint8),
                                      self.scaled_bias - shift * self.column_sums, low, high)
         return product * self.column_scale

@@ -14,6 +14,17 @@ ops on weights laid out for it, and this module builds that forward from a live
 - every dense layer is one `MatMul` + `BiasAdd` (+ the feed-forward GELU) in the dtype of
   its kernel, the op pattern that grappler's remapper fuses into one oneDNN kernel with its
   epilogue (`_FusedMatMul`; `tests/export/test_serving_forward.py` counts them);
+- in bfloat16 and int8 the dense kernels are constants of the forward's graph, not
+  variables: grappler then marks each fused matmul's weights constant, and oneDNN runs it on
+  its brgemm inner product (`brgemm:avx512_core_bf16` on AVX-512, `brgemm:avx10_1_512_amx` on
+  AMX) for inference, with the weights reordered into its blocked layout once and kept.
+  Read from variables, the same `_FusedMatMul` runs oneDNN's older `gemm:jit` inner product
+  (`forward_training`) and the int8 matmul reorders its weights on every call
+  (`tests/export/test_onednn_kernels.py` checks the kernels of saved models). float32
+  kernels stay variables (`CONSTANT_KERNEL_PRECISIONS`). The forward of each precision is
+  one `tf.function` that every caller calls, so a SavedModel holds the constants once per
+  precision; past `CONSTANT_KERNEL_BYTES` of them (a protocol buffer holds at most 2 GB)
+  they stay variables too;
 - with `precision="bfloat16"` the dense layers (bfloat16 copies of the kernels and biases,
   made here once), their bias and the feed-forward activation are bfloat16; the residual
   stream, LayerNorm, softmax and pooling stay float32;
@@ -37,7 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from cmlm_tf import internals
-from cmlm_tf.export.int8_dense import Int8Dense
+from cmlm_tf.export.int8_dense import Int8Dense, graph_kernel
 from cmlm_tf.export_metadata import PRECISIONS
 from cmlm_tf.modeling import layers
 
@@ -57,45 +68,78 @@ BUCKET_ROWS = 8
 PRECISION_BUCKET_ROWS = {"int8": 16}
 # Additive attention bias on padding, as BERT: exp(-10000) is 0 in float32.
 _PADDING_BIAS = -10000.0
+# The most bytes of dense kernels, over the prepared precisions that keep them as graph
+# constants (module docstring); a larger model's kernels stay variables, as a SavedModel's
+# graphs must fit in one 2 GB protocol buffer. BERT-base's are 170 MB in bfloat16,
+# BERT-large's 600 MB.
+CONSTANT_KERNEL_BYTES = 1 << 30
+# The precisions whose dense kernels are graph constants. Not float32: oneDNN's float32
+# brgemm inner product picks its weights' blocked layout by the number of rows, which
+# changes with every sub-batch, and reorders the kept weights again whenever it differs: on
+# MiniLM serving 64 STS-B sentences, 432 weight reorders for 576 dense layers, more passes
+# than the `gemm:jit` path makes.
+CONSTANT_KERNEL_PRECISIONS = ("bfloat16", "int8")
+_TOKEN_IDS = [tf.TensorSpec([None, None], tf.int32)] * 3
 
 
 class _TransformerLayer(tf.Module):
     """One post-norm Transformer layer's weights, in the layout the forward uses."""
 
-    def __init__(self, block, precisions: Tuple[str, ...], name: str):
+    def __init__(self, block, kernels: dict, precisions: Tuple[str, ...], name: str,
+                 constant_kernels: bool):
         super().__init__(name=name)
-        parts = internals.encoder_block_parts(block)
-        attention = internals.attention_projections(parts.attention)
-        width = attention.query.kernel.shape[0]
-        head_dim = attention.query.kernel.shape[-1]
-        scales = (1.0 / np.sqrt(head_dim), 1.0, 1.0)
-        denses = (attention.query, attention.key, attention.value)
-        qkv_kernel = np.concatenate([d.kernel.numpy().reshape(width, -1) * scale
-                                     for d, scale in zip(denses, scales)], axis=1)
-        qkv_bias = np.concatenate([d.bias.numpy().reshape(-1) * scale
-                                   for d, scale in zip(denses, scales)])
-        kernels = {"qkv": (qkv_kernel, qkv_bias),
-                   "attention": (attention.output.kernel.numpy().reshape(-1, width),
-                                 attention.output.bias.numpy()),
-                   "inner": (parts.intermediate_dense.kernel.numpy(),
-                             parts.intermediate_dense.bias.numpy()),
-                   "output": (parts.output_dense.kernel.numpy(),
-                              parts.output_dense.bias.numpy())}
         # One set of dense weights per precision, cast (or quantized) once here rather than
-        # per call: (kernel, bias) variables, or an `Int8Dense`.
-        self.dense = {precision: {key: _dense_weights(kernel, bias, precision)
+        # per call: (kernel, bias), or an `Int8Dense`.
+        self.dense = {precision: {key: _dense_weights(kernel, bias, precision,
+                                                      constant_kernels)
                                   for key, (kernel, bias) in kernels.items()}
                       for precision in precisions}
+        parts = internals.encoder_block_parts(block)
         self.attention_norm = _norm_weights(parts.attention_norm)
         self.output_norm = _norm_weights(parts.output_norm)
         self.epsilon = float(parts.output_norm.epsilon)
 
 
-def _dense_weights(kernel, bias, precision: str):
+def _dense_kernels(block) -> dict:
+    """The dense layers of one Transformer layer in the forward's layout, float32 NumPy:
+    name (`qkv`, `attention`, `inner`, `output`) -> (kernel [in, out], bias [out])."""
+    parts = internals.encoder_block_parts(block)
+    attention = internals.attention_projections(parts.attention)
+    width = attention.query.kernel.shape[0]
+    head_dim = attention.query.kernel.shape[-1]
+    scales = (1.0 / np.sqrt(head_dim), 1.0, 1.0)
+    denses = (attention.query, attention.key, attention.value)
+    qkv_kernel = np.concatenate([d.kernel.numpy().reshape(width, -1) * scale
+                                 for d, scale in zip(denses, scales)], axis=1)
+    qkv_bias = np.concatenate([d.bias.numpy().reshape(-1) * scale
+                               for d, scale in zip(denses, scales)])
+    return {"qkv": (qkv_kernel, qkv_bias),
+            "attention": (attention.output.kernel.numpy().reshape(-1, width),
+                          attention.output.bias.numpy()),
+            "inner": (parts.intermediate_dense.kernel.numpy(),
+                      parts.intermediate_dense.bias.numpy()),
+            "output": (parts.output_dense.kernel.numpy(), parts.output_dense.bias.numpy())}
+
+
+def _kernel_bytes(kernels, precisions) -> int:
+    """Bytes of the dense kernels `kernels` (one `_dense_kernels` per layer) in
+    `precisions`."""
+    params = sum(kernel.size for layer in kernels for kernel, _ in layer.values())
+    return sum(params * (1 if precision == "int8" else tf.as_dtype(precision).size)
+               for precision in precisions)
+
+
+def _dense_weights(kernel, bias, precision: str, constant_kernels: bool):
+    """(kernel, bias), or an `Int8Dense`; the kernel a NumPy array (a graph constant when
+    traced, `graph_kernel`) where `constant_kernels` and the precision allow, else a
+    variable."""
+    constant = constant_kernels and precision in CONSTANT_KERNEL_PRECISIONS
     if precision == "int8":
-        return Int8Dense(kernel, bias)
+        return Int8Dense(kernel, bias, constant_kernel=constant)
     dtype = tf.as_dtype(precision)
-    return _constant_variable(kernel, dtype), _constant_variable(bias, dtype)
+    kernel = (np.asarray(kernel).astype(dtype.as_numpy_dtype) if constant
+              else _constant_variable(kernel, dtype))
+    return kernel, _constant_variable(bias, dtype)
 
 
 def _dense(x, weights, activation=None):
@@ -105,7 +149,7 @@ def _dense(x, weights, activation=None):
     if isinstance(weights, Int8Dense):
         output = weights(x)
     else:
-        output = tf.nn.bias_add(tf.matmul(x, weights[0]), weights[1])
+        output = tf.nn.bias_add(tf.matmul(x, graph_kernel(weights[0])), weights[1])
     return output if activation is None else activation(output)
 
 
@@ -159,14 +203,26 @@ class InferenceForward(tf.Module):
         self.type_embeddings = _constant_variable(bert.type_embedding.embeddings)
         self.embedding_norm = _norm_weights(bert.embedding_norm)
         self.embedding_epsilon = float(bert.embedding_norm.epsilon)
-        self.layers = [_TransformerLayer(block, self.precisions, name=f"layer_{index}")
-                       for index, block in enumerate(blocks)]
+        kernels = [_dense_kernels(block) for block in blocks]
+        # Whether the dense kernels of `CONSTANT_KERNEL_PRECISIONS` are graph constants
+        # (module docstring).
+        self.constant_kernels = CONSTANT_KERNEL_BYTES >= _kernel_bytes(
+            kernels, [p for p in self.precisions if p in CONSTANT_KERNEL_PRECISIONS])
+        self.layers = [_TransformerLayer(block, layer_kernels, self.precisions,
+                                         name=f"layer_{index}",
+                                         constant_kernels=self.constant_kernels)
+                       for index, (block, layer_kernels) in enumerate(zip(blocks, kernels))]
         self.projection = None
         if encoder.projection is not None:
             self.projection = (_constant_variable(encoder.projection.kernel),
                                _constant_variable(encoder.projection.bias))
             self._projection_activation = encoder.projection.activation
         self._activation = layers.get_activation(config.hidden_activation)
+        # One traced forward per precision, which every caller calls: its graph, with the
+        # kernels in it, exists once in a SavedModel however many functions run it.
+        self._forwards = {precision: tf.function(self._forward_function(precision),
+                                                 input_signature=_TOKEN_IDS)
+                          for precision in self.precisions}
 
     @property
     def output_dim(self) -> int:
@@ -179,6 +235,14 @@ class InferenceForward(tf.Module):
         if precision not in self.precisions:
             raise ValueError(f"precision {precision!r} was not prepared; this forward has "
                              f"{self.precisions}")
+        return self._forwards[precision](input_word_ids, input_mask, input_type_ids)
+
+    def _forward_function(self, precision: str):
+        def forward(input_word_ids, input_mask, input_type_ids):
+            return self._forward(input_word_ids, input_mask, input_type_ids, precision)
+        return forward
+
+    def _forward(self, input_word_ids, input_mask, input_type_ids, precision: str):
         # int8 quantizes inside each dense layer; everything between runs in float32.
         compute = tf.float32 if precision == "int8" else tf.as_dtype(precision)
         batch, seq = tf.shape(input_word_ids)[0], tf.shape(input_word_ids)[1]

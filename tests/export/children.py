@@ -172,6 +172,24 @@ def load_refused(export_dir, precision):
     return 0
 
 
+def serving_calls_after_warm_up(serving_dir, texts_file, calls):
+    """Calls `serving_dir`'s `serving_default` on the JSON list in `texts_file` once (the
+    warm-up), prints `COUNTED`, then calls it `calls` more times: run with ONEDNN_VERBOSE=1,
+    what oneDNN prints after that line is the kernels of those calls."""
+    import json
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    with open(texts_file, encoding="utf-8") as f:
+        sentences = tf.constant(json.load(f))
+    signature = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    signature(sentences=sentences)
+    print("COUNTED", flush=True)
+    for _ in range(int(calls)):
+        signature(sentences=sentences)
+
+
 if __name__ == "__main__":
     from tests.driver import children
 

@@ -33,8 +33,8 @@ def test_output_is_the_float_product_up_to_int8_rounding(layer_and_weights, shif
 
 def test_weights_are_int8_and_edge_batches_work(layer_and_weights):
     layer, kernel, bias = layer_and_weights
-    assert layer.kernel.dtype == tf.int8 and layer.kernel.shape == kernel.shape
-    assert np.abs(layer.kernel.numpy()).max() == 127  # each column uses the full range
+    assert layer.kernel.dtype == np.int8 and layer.kernel.shape == kernel.shape
+    assert np.abs(layer.kernel).max() == 127  # each column uses the full range
     assert layer(tf.zeros([0, 48])).shape == (0, 40)
     np.testing.assert_allclose(layer(tf.zeros([1, 48])).numpy()[0], bias, atol=1e-5)
 
@@ -48,6 +48,17 @@ def test_the_layer_survives_a_saved_model(layer_and_weights, tmp_path):
     x = np.random.default_rng(2).standard_normal([5, 48]).astype(np.float32)
     loaded = tf.saved_model.load(str(tmp_path))
     np.testing.assert_array_equal(loaded.call(x).numpy(), layer(tf.constant(x)).numpy())
+    # The kernel is a constant of the saved graph, not a variable.
+    assert not hasattr(loaded.layer, "kernel") and hasattr(loaded.layer, "column_scale")
+
+
+def test_a_kernel_kept_in_a_variable_gives_the_same_output(layer_and_weights):
+    layer, kernel, bias = layer_and_weights
+    variable_layer = Int8Dense(kernel, bias, constant_kernel=False)
+    assert isinstance(variable_layer.kernel, tf.Variable)
+    np.testing.assert_array_equal(variable_layer.kernel.numpy(), layer.kernel)
+    x = tf.constant(np.random.default_rng(3).standard_normal([4, 48]).astype(np.float32))
+    np.testing.assert_array_equal(variable_layer(x).numpy(), layer(x).numpy())
 
 
 def test_without_the_onednn_kernel_the_layer_says_so_in_one_line(monkeypatch):

@@ -20,12 +20,13 @@ SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",
              "the woman is slicing an onion . the child is eating"]
 
 
-def run_child(name: str, *args) -> subprocess.CompletedProcess:
+def run_child(name: str, *args, **env: str) -> subprocess.CompletedProcess:
     """`tests.export.children`' function `name` in a fresh interpreter, without
-    TF_USE_LEGACY_KERAS (a plain TensorFlow, as a model server or a Keras 3 user has)."""
+    TF_USE_LEGACY_KERAS (a plain TensorFlow, as a model server or a Keras 3 user has), with
+    the environment variables `env` added."""
     environment = {key: value for key, value in os.environ.items()
                    if key != "TF_USE_LEGACY_KERAS"}
-    environment.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2")
+    environment.update(PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2", **env)
     return subprocess.run([sys.executable, "-m", "tests.export.children", name, *args],
                           capture_output=True, text=True, env=environment, timeout=3600)
 

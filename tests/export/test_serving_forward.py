@@ -144,3 +144,25 @@ def test_int8_forward_is_close_to_float32_and_keeps_no_float_kernels():
     quantized = forward(*ids, precision="int8").numpy()
     assert cosines(quantized, full).min() >= 0.99
     assert np.abs(quantized - full).max() > 0  # the int8 layers are really used
+
+
+def test_bfloat16_and_int8_kernels_are_graph_constants_up_to_a_size(monkeypatch):
+    """NumPy kernels, which each trace makes graph constants (what oneDNN's brgemm kernels
+    need, tests/export/test_onednn_kernels.py); float32 ones, and all of a model past
+    `CONSTANT_KERNEL_BYTES`, stay variables, with the same vectors."""
+    encoder = _encoder()
+    forward = serving_forward.InferenceForward(encoder, precisions=("float32", "bfloat16",
+                                                                    "int8"))
+    dense = forward.layers[0].dense
+    assert forward.constant_kernels and isinstance(dense["float32"]["inner"][0], tf.Variable)
+    assert dense["bfloat16"]["inner"][0].dtype == tf.bfloat16.as_numpy_dtype
+    assert isinstance(dense["int8"]["inner"].kernel, np.ndarray)
+    monkeypatch.setattr(serving_forward, "CONSTANT_KERNEL_BYTES", 100)
+    kept = serving_forward.InferenceForward(encoder, precisions=("bfloat16", "int8"))
+    assert not kept.constant_kernels
+    assert isinstance(kept.layers[0].dense["bfloat16"]["inner"][0], tf.Variable)
+    assert isinstance(kept.layers[0].dense["int8"]["inner"].kernel, tf.Variable)
+    ids = _inputs()
+    for precision in ("bfloat16", "int8"):
+        np.testing.assert_array_equal(kept(*ids, precision=precision).numpy(),
+                                      forward(*ids, precision=precision).numpy())
