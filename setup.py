@@ -56,10 +56,13 @@ setup(
     # requirements, so installing torch first (a CPU build, say) keeps that build.
     # `scale`: corpus jobs on Apache Beam (`cmlm_tf.embed_corpus`, `cmlm_tf.mine` with Beam
     # options) and the approximate-neighbour indexes of mining (faiss, ScaNN).
+    # `onnx`: the ONNX models of `export --onnx` (built from the weights with the onnx
+    # package alone); ONNX Runtime, which runs them, is the `mteb` venv's (its tests).
     extras_require={"test": ["pytest", "pytest-xdist", "ruff", "tensorflow-serving-api~=2.20.0"],
                     "scale": ["apache-beam~=2.77", "pyarrow", "faiss-cpu~=1.15",
                               "scann~=1.4"],
-                    "mteb": ["mteb>=2,<3"]},
+                    "onnx": ["onnx>=1.17"],
+                    "mteb": ["mteb>=2,<3", "onnxruntime"]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",

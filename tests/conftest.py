@@ -28,8 +28,10 @@ import tensorflow as tf  # noqa: E402
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 REPO_DIR = TESTS_DIR.parent
 SHARED_DATA = REPO_DIR.parent / "shared" / "data"
-# tests/mteb_extra needs the `mteb` extra; CI runs it in a venv of its own (.ci/run).
-collect_ignore = [] if importlib.util.find_spec("mteb") else ["mteb_extra"]
+# tests/mteb_extra needs the `mteb` extra, tests/onnx_extra sentence-transformers' ONNX
+# backend (Optimum); CI runs each in a venv of its own (.ci/run).
+collect_ignore = ([] if importlib.util.find_spec("mteb") else ["mteb_extra"]) + (
+    [] if importlib.util.find_spec("optimum") else ["onnx_extra"])
 
 TINY_WORDS = (
     "the a an is are was man woman child dog cat horse guitar flute onion snake mouse "

@@ -255,9 +255,11 @@ def python_blocks(path):
 # Snippets that need a running model server are not run here (docs/serving.md runs a
 # server's requests in tests/export/test_serving.py), nor those that need
 # sentence-transformers, which the MTEB venv runs
-# (tests/mteb_extra/test_sentence_transformers_export.py).
+# (tests/mteb_extra/test_sentence_transformers_export.py), or its ONNX backend, which the ONNX
+# venv runs (tests/onnx_extra/test_onnx_backend.py).
 _SERVER_SNIPPETS = ("grpc", "requests.post")
 SENTENCE_TRANSFORMERS_SNIPPETS = "from sentence_transformers import"
+ONNX_SNIPPETS = 'backend="onnx"'
 SNIPPETS = [(page, number, code) for page in ("README.md", "docs/serving.md")
             for number, code in python_blocks(REPO_DIR / page)
             if not any(word in code for word in _SERVER_SNIPPETS)

@@ -2,7 +2,8 @@ r"""Command line of the exporter.
 
     python -m cmlm_tf.export --export_dir OUT \
         (--model_dir DIR [--checkpoint CKPT] [--encoder_key encoder] | --hf_dir DIR) \
-        [--seq_length N] [--tflite] [--bf16] [--int8] [--classic_wordpiece] [--overwrite]
+        [--seq_length N] [--tflite] [--bf16] [--int8] [--sentence_transformers] [--onnx] \
+        [--classic_wordpiece] [--overwrite]
 
 `--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
 `cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
@@ -17,7 +18,7 @@ import os
 import sys
 
 # Standard library only at import time: errors in the arguments come before TensorFlow.
-from cmlm_tf.export import export_lib, source, staging
+from cmlm_tf.export import export_lib, onnx_model, source, staging
 
 
 def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentParser:
@@ -51,6 +52,10 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
     parser.add_argument("--sentence_transformers", action="store_true",
                         help="also write OUT/sentence_transformers/: the model as a "
                              "sentence-transformers folder (SentenceTransformer(path))")
+    parser.add_argument("--onnx", action="store_true",
+                        help="also write OUT/sentence_transformers/ with onnx/model.onnx and "
+                             "onnx/model_qint8_avx512_vnni.onnx (ONNX Runtime, "
+                             "sentence-transformers' backend=\"onnx\"; the onnx extra)")
     parser.add_argument("--classic_wordpiece", action="store_true",
                         help="serving/1 tokenizes WordPiece with the classic TF-Text ops "
                              "(TF Serving 2.2-2.11) instead of the fast ones (2.12+)")
@@ -76,6 +81,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         staging.check_export_dir(args.export_dir, model_dir=args.model_dir, hf_dir=args.hf_dir,
                                  checkpoint=args.checkpoint)
         staging.check_replaceable(args.export_dir, args.overwrite)
+        if args.onnx:
+            onnx_model.require_onnx()
         # Said at once (the export itself takes seconds to minutes, and ends with its path).
         print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
         stage = progress.Stages("export")  # its timer runs from here: TensorFlow loads slowly
@@ -85,7 +92,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
                 options = export_lib.export_options(args.seq_length, args.tflite,
                                                     args.classic_wordpiece, args.encoder_key,
                                                     args.bf16, args.int8,
-                                                    sentence_transformers=args.sentence_transformers)
+                                                    sentence_transformers=args.sentence_transformers,
+                                                    onnx=args.onnx)
                 current = export_lib.up_to_date(args.export_dir, args.model_dir,
                                                 args.checkpoint, options)
                 if current is not None:
@@ -99,7 +107,8 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
                                      overwrite=args.overwrite, tflite=args.tflite,
                                      classic_wordpiece=args.classic_wordpiece, bf16=args.bf16,
                                      int8=args.int8, stage=stage,
-                                     sentence_transformers=args.sentence_transformers)
+                                     sentence_transformers=args.sentence_transformers,
+                                     onnx=args.onnx)
         finally:
             stage.done()
         print(f"exported to {path}")

@@ -61,14 +61,17 @@ def custom_ops(saved_model_dir: str) -> list:
 
 def export_options(seq_length: Optional[int], tflite: bool, classic_wordpiece: bool,
                    encoder_key: str, bf16: bool = False, int8: bool = False, *,
-                   sentence_transformers: bool = False) -> dict:
+                   sentence_transformers: bool = False, onnx: bool = False) -> dict:
     """The export's flags as its metadata records them (`options`; a format the export
-    does not write is left out, so earlier exports compare equal)."""
+    does not write is left out, so earlier exports compare equal; `onnx` implies the
+    sentence-transformers folder)."""
     options = {"seq_length": seq_length, "tflite": bool(tflite),
                "classic_wordpiece": bool(classic_wordpiece), "encoder_key": encoder_key,
                "bf16": bool(bf16), "int8": bool(int8)}
-    if sentence_transformers:
+    if sentence_transformers or onnx:
         options["sentence_transformers"] = True
+    if onnx:
+        options["onnx"] = True
     return options
 
 
@@ -297,11 +300,27 @@ def _write_metadata_and_card(meta: dict, staged: str, export_dir: str) -> None:
             f.write(model_card.model_card(meta))
 
 
+def _write_sentence_transformers(encoder, model, meta: dict, seq_length: int, onnx: bool,
+                                 folders, stage) -> dict:
+    """Writes `OUT/sentence_transformers/` (with `onnx`, its ONNX models too) into the staged
+    export; `folders`: (the staged folder, `OUT`). Returns its metadata entry."""
+    from cmlm_tf.export import model_card
+    from cmlm_tf.export import sentence_transformers_folder as st_folder
+
+    staged, export_dir = folders
+    stage("writing the sentence-transformers folder" + (" and its ONNX models" if onnx else ""))
+    with staging.writing(export_dir, st_folder.FOLDER):
+        return st_folder.write_folder(os.path.join(staged, st_folder.FOLDER), encoder, model,
+                                      seq_length, card_lines=model_card.description(meta),
+                                      dim=encoder.output_dim, onnx=onnx)
+
+
 def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optional[str] = None,
            encoder_key: str = "encoder", hf_dir: Optional[str] = None,
            seq_length: Optional[int] = None, overwrite: bool = False,
            tflite: bool = False, classic_wordpiece: bool = False, bf16: bool = False,
-           int8: bool = False, stage=None, sentence_transformers: bool = False) -> str:
+           int8: bool = False, stage=None, sentence_transformers: bool = False,
+           onnx: bool = False) -> str:
     """Writes the SavedModels, the model card and the metadata; returns `export_dir`.
 
     `stage`: the `progress.Stages` that reports the export's progress (the command's, started
@@ -311,16 +330,18 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
     `classic_wordpiece`, WordPiece `serving/1` tokenizes with the classic TF-Text ops, which
     TF Serving releases 2.2-2.11 link, instead of the fast ones (2.12 and later). With
     `bf16` / `int8`, also `OUT/serving_bf16/1/` / `OUT/serving_int8/1/`. With
-    `sentence_transformers`, also `OUT/sentence_transformers/`
-    (`cmlm_tf.export.sentence_transformers_folder`); an encoder that layout cannot hold is
-    refused before anything is written.
+    `sentence_transformers` (or `onnx`: with its ONNX models), also `OUT/sentence_transformers/`
+    (`sentence_transformers_folder`, `onnx_model`); an encoder that layout cannot hold, or
+    `onnx` without the onnx package, is refused before anything is written.
     """
     import tensorflow as tf
 
     from cmlm_tf import progress
-    from cmlm_tf.export import model_card, serving, serving_forward
+    from cmlm_tf.export import onnx_model, serving, serving_forward
     from cmlm_tf.export import sentence_transformers_folder as st_folder
 
+    if onnx:
+        onnx_model.require_onnx()
     export_dir = os.path.abspath(export_dir)
     stage = stage or progress.Stages("export")
     staging.check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir,
@@ -332,9 +353,9 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
         source, original, checkpoint_hash = _read_checkpoint(model_dir, checkpoint, hf_dir,
                                                              work)
         options = export_options(seq_length, tflite, classic_wordpiece, encoder_key, bf16,
-                                 int8, sentence_transformers=sentence_transformers)
-        if sentence_transformers:
-            st_folder.check_representable(source.model)
+                                 int8, sentence_transformers=sentence_transformers, onnx=onnx)
+        if options.get("sentence_transformers"):
+            st_folder.check_representable(source.model, "--onnx" if onnx else None)
         seq_length = _checked_seq_length(seq_length, source)
         tokenizer, implementation, vocab_size = _build_tokenizer(
             source.model, classic_wordpiece, export_dir, work)
@@ -361,13 +382,9 @@ def export(export_dir: str, model_dir: Optional[str] = None, checkpoint: Optiona
             stage("converting to TFLite")
             with staging.writing(export_dir, "tflite"):
                 meta["tflite"] = tflite_lib.write_tflite(module, os.path.join(staged, "tflite"))
-        if sentence_transformers:
-            stage("writing the sentence-transformers folder")
-            with staging.writing(export_dir, st_folder.FOLDER):
-                meta["sentence_transformers"] = st_folder.write_folder(
-                    os.path.join(staged, st_folder.FOLDER), encoder, source.model,
-                    seq_length, card_lines=model_card.description(meta),
-                    dim=encoder.output_dim)
+        if options.get("sentence_transformers"):
+            meta["sentence_transformers"] = _write_sentence_transformers(
+                encoder, source.model, meta, seq_length, onnx, (staged, export_dir), stage)
         _write_metadata_and_card(meta, staged, export_dir)
         staging.publish(staged, export_dir, overwrite)
         stage.done()

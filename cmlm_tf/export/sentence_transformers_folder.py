@@ -9,6 +9,7 @@ The folder is the layout sentence-transformers itself saves, with nothing of cml
   WordPiece tokenizer with the normalisation cmlm_tf's preprocessor applies (Hugging Face's
   `BertNormalizer`, which `bert_normalizer.py` reproduces: control and format characters
   deleted, CJK ideographs split, and for uncased vocabularies accents stripped and lower case);
+- with `--onnx`, `onnx/model.onnx` and its int8 twin (`onnx_model.py`);
 - `modules.json` with `1_Pooling` (the encoder's pooling), `2_Dense` for a projection (the
   LaBSE layout) and `Normalize` when the encoder's vectors are L2-normalised;
   `sentence_bert_config.json` (`max_seq_length`: the export's sequence length),
@@ -26,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from cmlm_tf.export import onnx_model
 from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 from cmlm_tf.model_import import bert_weights, hf_folder
 
@@ -37,22 +39,24 @@ _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PA
 _ST_LAYOUT_VERSION = "5.1.0"
 
 
-def check_representable(model) -> None:
-    """Raises ValueError, one line, when `model` (a `SentenceModelConfig`) has a part that a
-    sentence-transformers BERT folder cannot hold."""
+def check_representable(model, flag: Optional[str] = None) -> None:
+    """Raises ValueError, one line starting with `flag` (the one that asked for the folder;
+    `--sentence_transformers` by default), when `model` (a `SentenceModelConfig`) has a part
+    that a sentence-transformers BERT folder cannot hold."""
     encoder, tokenizer = model.encoder, model.tokenizer
+    flag = flag or "--sentence_transformers"
     if tokenizer.type != "wordpiece":
-        raise ValueError(f"--sentence_transformers: the {tokenizer.type} tokenizer "
+        raise ValueError(f"{flag}: the {tokenizer.type} tokenizer "
                          "(task.model.tokenizer.type) has no Hugging Face BERT tokenizer; "
                          "only WordPiece vocabularies are written")
     if encoder.hidden_activation not in hf_folder.HF_ACTIVATION_NAMES:
-        raise ValueError(f"--sentence_transformers: hidden_activation "
+        raise ValueError(f"{flag}: hidden_activation "
                          f"{encoder.hidden_activation!r} (task.model.encoder) has no "
                          "Transformers BERT equivalent (supported: "
                          f"{', '.join(hf_folder.HF_ACTIVATION_NAMES)})")
     if encoder.projection_size and \
             encoder.projection_activation not in hf_folder.DENSE_ACTIVATION_CLASSES:
-        raise ValueError(f"--sentence_transformers: projection_activation "
+        raise ValueError(f"{flag}: projection_activation "
                          f"{encoder.projection_activation!r} (task.model.encoder) has no "
                          "sentence-transformers Dense activation (supported: "
                          f"{', '.join(hf_folder.DENSE_ACTIVATION_CLASSES)})")
@@ -187,17 +191,18 @@ def _write_modules(folder: str, encoder, encoder_config) -> list:
 
 
 def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str = "",
-                 dim: Optional[int] = None) -> dict:
+                 dim: Optional[int] = None, *, onnx: bool = False) -> dict:
     """Writes the sentence-transformers folder of `encoder` (a `SentenceEncoder` built from
     `model.encoder`, `model` a `SentenceModelConfig` whose vocabulary file is readable) into
-    the new folder `folder`; returns what the export's metadata records of it."""
+    the new folder `folder`, with `onnx`, its ONNX models too (`onnx_model.write_onnx`);
+    returns what the export's metadata records of it."""
     from safetensors.numpy import save_file
 
     check_representable(model)
     os.makedirs(folder)
     vocab = _read_vocab(model.tokenizer.vocab_file)
-    save_file(bert_weights.hf_bert_tensors(encoder), os.path.join(folder, "model.safetensors"),
-              metadata={"format": "pt"})
+    tensors = bert_weights.hf_bert_tensors(encoder)
+    save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     _write_json(os.path.join(folder, "config.json"),
                 _bert_config(model.encoder, vocab.index(_SPECIAL_TOKENS["pad_token"])
                              if _SPECIAL_TOKENS["pad_token"] in vocab else 0))
@@ -211,15 +216,21 @@ def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str =
         "__version__": {"sentence_transformers": _ST_LAYOUT_VERSION},
         "model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
         "similarity_fn_name": "cosine"})
+    written = {"folder": FOLDER, "modules": [module["type"].rsplit(".", 1)[-1]
+                                             for module in modules]}
+    if onnx:
+        written["onnx"] = onnx_model.write_onnx(os.path.join(folder, onnx_model.FOLDER),
+                                                tensors, model.encoder)
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-        f.write(model_card(model, seq_length, dim, card_lines))
-    return {"folder": FOLDER, "modules": [module["type"].rsplit(".", 1)[-1]
-                                          for module in modules]}
+        f.write(model_card(model, seq_length, dim, card_lines, onnx=onnx))
+    return written
 
 
-def model_card(model, seq_length: int, dim: Optional[int], card_lines: str) -> str:
-    """The folder's `README.md`: the Hugging Face metadata block, how to load it, and the
-    export's own card (`card_lines`: how the model was trained and what it scored)."""
+def model_card(model, seq_length: int, dim: Optional[int], card_lines: str, *,
+               onnx: bool = False) -> str:
+    """The folder's `README.md`: the Hugging Face metadata block, how to load it (with
+    `onnx`, its ONNX models too), and the export's own card (`card_lines`: how the model was
+    trained and what it scored)."""
     encoder = model.encoder
     parts = [f"{encoder.pooling} pooling"]
     if encoder.projection_size:
@@ -251,6 +262,22 @@ def model_card(model, seq_length: int, dim: Optional[int], card_lines: str) -> s
         'vectors = model.encode(["Anne was very happy.", "She felt great joy."])',
         "```",
         "",
+        *(_onnx_card_lines() if onnx else []),
         card_lines.strip(),
         "",
     ])
+
+
+def _onnx_card_lines() -> list:
+    return [
+        f"`{onnx_model.FOLDER}/{onnx_model.FLOAT32_FILE}` is the same encoder for ONNX Runtime, "
+        f"`{onnx_model.FOLDER}/{onnx_model.INT8_FILE}` its dynamically quantised int8 "
+        "twin (`pip install \"sentence-transformers[onnx]\"`):",
+        "",
+        "```python",
+        'model = SentenceTransformer("path/to/sentence_transformers", backend="onnx")',
+        'int8_model = SentenceTransformer("path/to/sentence_transformers", backend="onnx", '
+        f'model_kwargs={{"file_name": "{onnx_model.FOLDER}/{onnx_model.INT8_FILE}"}})',
+        "```",
+        "",
+    ]

@@ -12,6 +12,7 @@ from safetensors.numpy import load_file
 from cmlm_tf import configs
 from cmlm_tf.export import export_lib
 from cmlm_tf.export import sentence_transformers_folder as st_folder
+from cmlm_tf.export_metadata import METADATA_FILE
 from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import TESTS_DIR, tiny_encoder_config
 
@@ -33,8 +34,11 @@ def test_the_labse_layout_is_written_as_sentence_transformers_saves_it(tiny_voca
     encoder = sentence_encoder.build_sentence_encoder(model.encoder)
     folder = tmp_path / "st"
     written = st_folder.write_folder(str(folder), encoder, model, seq_length=20,
-                                     card_lines="- Source: a test", dim=6)
+                                     card_lines="- Source: a test", dim=6, onnx=True)
     assert written["modules"] == ["Transformer", "Pooling", "Dense", "Normalize"]
+    assert written["onnx"]["int8"] == "onnx/model_qint8_avx512_vnni.onnx"
+    assert sorted(p.name for p in (folder / "onnx").iterdir()) == [
+        "model.onnx", "model_qint8_avx512_vnni.onnx"]
 
     def read(name):
         return json.loads((folder / name).read_text(encoding="utf-8"))
@@ -61,6 +65,8 @@ def test_the_labse_layout_is_written_as_sentence_transformers_saves_it(tiny_voca
     card = (folder / "README.md").read_text(encoding="utf-8")
     assert "library_name: sentence-transformers" in card and "- Source: a test" in card
     assert "cls pooling, a tanh Dense projection to 6, L2 normalisation" in card
+    assert 'backend="onnx", model_kwargs={"file_name": "onnx/model_qint8_avx512_vnni.onnx"}' \
+        in card
 
 
 @pytest.mark.parametrize("field, value, named", [
@@ -87,13 +93,16 @@ def test_a_refused_export_writes_nothing(tiny_sp_run_dir, tmp_path):
 
 def test_the_folder_imports_back_to_the_same_vectors(tmp_path):
     """The way back: the LaBSE-layout stand-in exported with its sentence-transformers
-    folder, that folder imported again (`--hf_dir OUT/sentence_transformers`), gives the
-    same vectors, Dense projection and casing included."""
+    folder (by `onnx`, which implies it and records its models), that folder imported again
+    (`--hf_dir OUT/sentence_transformers`), gives the same vectors, Dense projection and
+    casing included."""
     import cmlm_tf
 
     first, second = tmp_path / "first", tmp_path / "second"
-    export_lib.export(str(first), hf_dir=str(STANDINS / "labse_layout"),
-                      sentence_transformers=True)
+    export_lib.export(str(first), hf_dir=str(STANDINS / "labse_layout"), onnx=True)
+    meta = json.loads((first / METADATA_FILE).read_text(encoding="utf-8"))
+    assert meta["options"]["onnx"] and meta["sentence_transformers"]["onnx"] == {
+        "float32": "onnx/model.onnx", "int8": "onnx/model_qint8_avx512_vnni.onnx", "opset": 17}
     export_lib.export(str(second), hf_dir=str(first / st_folder.FOLDER))
     texts = ["Hello World.", "hello world.", "Tous les êtres humains naissent libres.",
              "人人生而自由", "zero\u200bwidth"]

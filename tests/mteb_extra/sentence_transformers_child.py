@@ -3,15 +3,27 @@ of the MTEB venv that imports sentence-transformers (and so torch), never cmlm_t
 TensorFlow. Run as `python -m tests.mteb_extra.sentence_transformers_child COMMAND ...`:
 
 - `encode FOLDER TEXTS_JSON OUT_JSON`: the vectors of the texts and the token ids of the
-  folder's tokenizer (truncated at its `max_seq_length`);
+  folder's tokenizer (truncated at its `max_seq_length`); where the folder has ONNX models
+  (`onnx/`), their vectors too (`onnx_vectors`);
 - `sts FOLDER PAIRS_JSON OUT_JSON`: MTEB's cosine Spearman on the STS pairs given
-  (`{"first", "second", "gold"}`), through MTEB's own sentence-transformers path.
+  (`{"first", "second", "gold"}`), through MTEB's own sentence-transformers path;
+- `onnx_sts FOLDER PAIRS_JSON OUT_JSON`: the cosine Spearman of the folder's float32 and int8
+  ONNX models on those pairs.
+
+The ONNX models run in ONNX Runtime in place of the folder's Transformer module, between the
+folder's own tokenizer and its Pooling, Dense and Normalize modules, as sentence-transformers'
+`backend="onnx"` runs them (that backend needs Optimum, which this venv's Transformers
+excludes).
 
 Each writes `imported`: which of cmlm_tf and TensorFlow the process had loaded (none).
 """
 
 import json
+import os
 import sys
+
+# The folder's ONNX models by precision (cmlm_tf.export.onnx_model's names).
+ONNX_FILES = {"float32": "onnx/model.onnx", "int8": "onnx/model_qint8_avx512_vnni.onnx"}
 
 
 def encode(folder: str, texts_file: str, out_file: str) -> dict:
@@ -23,9 +35,52 @@ def encode(folder: str, texts_file: str, out_file: str) -> dict:
     vectors = model.encode(texts, batch_size=16, convert_to_numpy=True)
     ids = [model.tokenizer(text, truncation=True, max_length=model.max_seq_length)["input_ids"]
            for text in texts]
-    return {"vectors": vectors.tolist(), "ids": ids,
+    onnx_vectors = {precision: onnx_encode(model, os.path.join(folder, name), texts).tolist()
+                    for precision, name in ONNX_FILES.items()
+                    if os.path.isfile(os.path.join(folder, name))}
+    return {"vectors": vectors.tolist(), "ids": ids, "onnx_vectors": onnx_vectors,
             "modules": [type(module).__name__ for module in model],
             "max_seq_length": model.max_seq_length}
+
+
+def onnx_encode(model, onnx_file: str, texts: list, batch_size: int = 32):
+    """The vectors of `texts` with ONNX Runtime running `onnx_file` in place of `model`'s
+    Transformer module (`model` a `SentenceTransformer` of the folder)."""
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    session = onnxruntime.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
+    names = [node.name for node in session.get_inputs()]
+    vectors = []
+    for start in range(0, len(texts), batch_size):
+        features = model.preprocess(texts[start:start + batch_size])
+        (hidden,) = session.run(["last_hidden_state"], {
+            name: features[name].numpy().astype(np.int64) for name in names})
+        features["token_embeddings"] = torch.from_numpy(hidden)
+        with torch.no_grad():
+            for module in list(model)[1:]:
+                features = module(features)
+        vectors.append(features["sentence_embedding"].numpy())
+    return np.concatenate(vectors)
+
+
+def onnx_sts(folder: str, pairs_file: str, out_file: str) -> dict:
+    import numpy as np
+    from scipy.stats import spearmanr
+    from sentence_transformers import SentenceTransformer
+
+    with open(pairs_file, encoding="utf-8") as f:
+        pairs = json.load(f)
+    model = SentenceTransformer(folder, device="cpu")
+    scores = {}
+    for precision, name in ONNX_FILES.items():
+        first, second = (onnx_encode(model, os.path.join(folder, name), pairs[side])
+                         for side in ("first", "second"))
+        cosines = np.sum(first * second, axis=1) / (
+            np.linalg.norm(first, axis=1) * np.linalg.norm(second, axis=1))
+        scores[precision] = float(spearmanr(cosines, pairs["gold"]).statistic)
+    return {"cosine_spearman": scores}
 
 
 def sts(folder: str, pairs_file: str, out_file: str) -> dict:
@@ -61,7 +116,7 @@ def sts(folder: str, pairs_file: str, out_file: str) -> dict:
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    output = {"encode": encode, "sts": sts}[command](*arguments)
+    output = {"encode": encode, "sts": sts, "onnx_sts": onnx_sts}[command](*arguments)
     output["imported"] = sorted(name for name in ("cmlm_tf", "tensorflow") if name in sys.modules)
     with open(arguments[-1], "w", encoding="utf-8") as f:
         json.dump(output, f)

@@ -1,7 +1,8 @@
-"""An export's sentence-transformers folder (`--sentence_transformers`) loaded by
-sentence-transformers in a fresh process that never imports cmlm_tf
-(`sentence_transformers_child.py`): its vectors and token ids are cmlm_tf's, and MTEB scores
-it as it scores cmlm_tf's own adapter.
+"""An export's sentence-transformers folder (`--sentence_transformers`, with its ONNX models
+by `--onnx`) loaded by sentence-transformers and ONNX Runtime in a fresh process that never
+imports cmlm_tf (`sentence_transformers_child.py`): its vectors and token ids are cmlm_tf's,
+MTEB scores it as it scores cmlm_tf's own adapter, and its int8 ONNX model scores as its
+float32 one.
 
 Runs in the MTEB venv, which has torch and sentence-transformers (`.ci/run`).
 """
@@ -71,16 +72,16 @@ def _preprocessor_ids(export_dir, texts) -> list:
 
 @pytest.fixture(scope="module")
 def st_exports(tmp_path_factory, tiny_run_dir, minilm_export):
-    """name -> an export with its sentence-transformers folder: all-MiniLM-L6-v2, a tiny
-    cmlm_tf run (WordPiece learnt here, mean pooling, normalised), and the LaBSE-layout
-    stand-in (cased, CLS pooling, tanh Dense, Normalize)."""
+    """name -> an export with its sentence-transformers folder and its ONNX models:
+    all-MiniLM-L6-v2, a tiny cmlm_tf run (WordPiece learnt here, mean pooling, normalised),
+    and the LaBSE-layout stand-in (cased, CLS pooling, tanh Dense, Normalize)."""
     root = tmp_path_factory.mktemp("st_exports")
     exports = {"minilm": minilm_export}
     export_lib.export(str(root / "tiny"), model_dir=str(tiny_run_dir), seq_length=24,
-                      sentence_transformers=True)
+                      onnx=True)
     export_lib.export(str(root / "labse_layout"),
                       hf_dir=str(TESTS_DIR / "testdata" / "st_standins" / "labse_layout"),
-                      sentence_transformers=True)
+                      onnx=True)
     exports.update(tiny=root / "tiny", labse_layout=root / "labse_layout")
     return exports
 
@@ -100,11 +101,14 @@ def test_sentence_transformers_gives_cmlm_tf_ids_and_vectors(st_exports, name, m
     differing = [text for text, a, b in zip(texts, theirs["ids"], expected_ids) if a != b]
     assert not differing, differing[:3]
     ours = model.encode(texts)
-    vectors = np.asarray(theirs["vectors"], np.float64)
-    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    cosines = np.sum(vectors * ours, axis=1) / np.linalg.norm(ours, axis=1)
-    assert len(texts) >= 136 and cosines.min() >= 0.99999, \
-        [(texts[i][:30], cosines[i]) for i in np.argsort(cosines)[:3]]
+    assert len(texts) >= 136 and sorted(theirs["onnx_vectors"]) == ["float32", "int8"]
+    # sentence-transformers' torch model, then ONNX Runtime on onnx/model.onnx.
+    for vectors in (theirs["vectors"], theirs["onnx_vectors"]["float32"]):
+        vectors = np.asarray(vectors, np.float64)
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+        cosines = np.sum(vectors * ours, axis=1) / np.linalg.norm(ours, axis=1)
+        assert cosines.min() >= 0.99999, \
+            [(texts[i][:30], cosines[i]) for i in np.argsort(cosines)[:3]]
 
 
 @needs_sts_dev
@@ -122,11 +126,24 @@ def test_mteb_through_sentence_transformers_scores_as_cmlm_tf(minilm_export, tmp
     assert abs(theirs - ours) < 5e-5 and 0.8 < ours < 0.9, (theirs, ours)
 
 
+@needs_sts_dev
+def test_the_int8_onnx_model_scores_as_float32_on_sts_dev(minilm_export, tmp_path):
+    """all-MiniLM-L6-v2's int8 ONNX model (dynamic quantisation) keeps STS-B dev's cosine
+    Spearman of its float32 model within 0.005, both run by ONNX Runtime."""
+    first, second, gold = readers.read_sts(str(STS_DEV), "stsb")
+    scores = _child("onnx_sts", minilm_export / "sentence_transformers",
+                    {"first": list(first), "second": list(second), "gold": gold.tolist()},
+                    tmp_path)["cosine_spearman"]
+    assert abs(scores["int8"] - scores["float32"]) < 0.005 and \
+        0.8 < scores["float32"] < 0.9, scores
+
+
 def test_the_documented_snippet_runs_without_cmlm_tf(st_exports, tmp_path):
     """docs/serving.md's sentence-transformers snippet, pasted as a user would (it imports
     sentence-transformers only), beside an `exports/cmlm_tiny` that holds the folder."""
     (snippet,) = [code for _, code in test_docs.python_blocks(REPO_DIR / "docs" / "serving.md")
-                  if test_docs.SENTENCE_TRANSFORMERS_SNIPPETS in code]
+                  if test_docs.SENTENCE_TRANSFORMERS_SNIPPETS in code
+                  and test_docs.ONNX_SNIPPETS not in code]
     (tmp_path / "exports").mkdir()
     (tmp_path / "exports" / "cmlm_tiny").symlink_to(st_exports["tiny"])
     script = tmp_path / "snippet.py"
