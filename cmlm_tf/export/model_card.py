@@ -105,6 +105,17 @@ def _contents(meta: dict) -> str:
             f"| `tflite/{entry['file']}` | TFLite ({entry['quantization']}): "
             f"{entry['inputs']} -> `embeddings` | {', '.join(entry['custom_ops']) or 'none'} |\n"
             for entry in meta["tflite"]["models"])
+    folder = meta.get("sentence_transformers") or {}
+    others = ""
+    if folder:
+        others = (f"| `{folder['folder']}/` | sentence-transformers, Transformers: "
+                  f"`SentenceTransformer(path)` ({', '.join(folder['modules'])}) | none |\n")
+        onnx = folder.get("onnx") or {}
+        others += "".join(
+            f"| `{folder['folder']}/{onnx[precision]}` | ONNX Runtime, {precision} (opset "
+            f"{onnx['opset']}): `input_ids`, `attention_mask`, `token_type_ids` -> "
+            f"`last_hidden_state`; `SentenceTransformer(path, backend=\"onnx\")` | none |\n"
+            for precision in ("float32", "int8") if precision in onnx)
     variants = "".join(
         f"| `{entry['folder']}/` | the same TF Serving model in {precision} (a model server "
         f"switches by model name) | {op_list('serving')} |\n"
@@ -121,7 +132,7 @@ def _contents(meta: dict) -> str:
 | `serving/1/` | TF Serving: `serving_default` (`sentences` -> `embeddings`), \
 `from_token_ids` (`input_word_ids`, `input_mask`, `input_type_ids` -> `embeddings`) | \
 {op_list("serving")} |
-{variants}{tflite}
+{variants}{tflite}{others}
 """
 
 
