@@ -279,12 +279,17 @@ def pytest_configure(config):
     the `two_replicas` fixture is a MirroredStrategy over them, so two-replica tests run in
     this process. Everything else places on the first one (the default strategy, and the
     driver's strategy for `mirrored` without GPUs, name /cpu:0 alone). pytest-xdist's
-    controller runs no test and leaves the devices alone: listing them prints CUDA's
-    `failed call to cuInit` where there is no GPU, after the run's summary."""
+    controller runs no test and leaves the devices alone. Listing them logs CUDA's spurious
+    `failed call to cuInit` where there is no GPU, before pytest captures anything: the
+    line is dropped here, as the package drops it (`tf_logs`)."""
+    from cmlm_tf import tf_logs
+
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return
-    tf.config.set_logical_device_configuration(
-        tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+    with tf_logs.filtered_cpp_logs(min_level=3):
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
 @pytest.fixture(scope="session")
