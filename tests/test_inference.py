@@ -372,28 +372,17 @@ def test_eight_threads_on_serving_default_give_each_sentence_its_own_vector(tiny
     _check_threads(embed, _alone(embed))
 
 
-@pytest.fixture(scope="module")
-def low_precision_export(tmp_path_factory, tiny_run_dir):
-    """A tiny export with `--bf16 --int8`."""
-    from cmlm_tf.commands import export as export_cli
-
-    out = tmp_path_factory.mktemp("exports") / "low_precision"
-    assert export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),
-                            "--seq_length", str(TINY_EXPORT_SEQ_LENGTH), "--bf16", "--int8"]) == 0
-    return out
-
-
 @pytest.mark.parametrize("precision,folder", [("bfloat16", "serving_bf16/1"),
                                               ("int8", "serving_int8/1")])
 def test_eight_threads_in_low_precision_give_each_request_its_one_thread_vectors(
-        low_precision_export, precision, folder):
+        precision_export, precision, folder):
     """bfloat16 and int8 kernels are constants that oneDNN reorders once and shares between
     requests. An int8 request's activations are scaled per request, so a vector depends on
     the request it comes in: each request of 8 threads must give what it gives in one thread."""
     import tensorflow_text  # noqa: F401  (the serving model's tokenizer ops)
 
-    model = cmlm_tf.load(str(low_precision_export), precision=precision)
-    signature = tf.saved_model.load(str(low_precision_export / folder)).signatures[
+    model = cmlm_tf.load(str(precision_export), precision=precision)
+    signature = tf.saved_model.load(str(precision_export / folder)).signatures[
         "serving_default"]
     for embed in (lambda texts: model.encode(texts, batch_size=4),
                   lambda texts: signature(sentences=tf.constant(texts))["embeddings"].numpy()):

@@ -203,17 +203,6 @@ def test_an_export_up_to_date_with_its_checkpoint_is_not_redone(tmp_path, tiny_r
     assert json.loads((out / "cmlm_tf_export.json").read_text())["seq_length"] == 10
 
 
-@pytest.fixture(scope="module")
-def precision_export(tmp_path_factory, tiny_run_dir):
-    """A tiny export with `--bf16 --int8`."""
-    from cmlm_tf.commands import export as export_cli
-
-    out = tmp_path_factory.mktemp("exports") / "precisions"
-    assert export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),
-                            "--seq_length", str(TINY_EXPORT_SEQ_LENGTH), "--bf16", "--int8"]) == 0
-    return out
-
-
 def kernel_constants(folder) -> dict:
     """dtype name -> how many 2-D constants the SavedModel at `folder` holds in its graphs."""
     from tensorflow.core.protobuf import saved_model_pb2
