@@ -77,6 +77,10 @@ USED = (
     Internal("official.nlp.modeling.layers.position_embedding", "PositionEmbedding",
              ("_position_embeddings",),
              "bert_encoder_parts (serving_forward: the inference forward)"),
+    Internal("tensorflow.python.ops.control_flow_util", "", ("GraphOrParentsInXlaContext",),
+             "in_xla_context (recompute.compiled: the lean layers act under XLA only)"),
+    Internal("tensorflow.python.checkpoint.checkpoint_management", "",
+             ("update_checkpoint_state_internal",), "write_checkpoint_state (run_checkpoints)"),
 )
 
 
@@ -152,6 +156,16 @@ class CheckpointManagerBase(tf.train.CheckpointManager):
 def max_to_keep(manager) -> int:
     """How many checkpoints a `tf.train.CheckpointManager` keeps."""
     return manager._max_to_keep
+
+
+def write_checkpoint_state(save_dir: str, paths: List[str], timestamps, preserved) -> None:
+    """Lists `paths` (the latest last) in `save_dir/checkpoint`, relative, by TensorFlow's
+    private `update_checkpoint_state_internal`: its public writer records absolute paths."""
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    checkpoint_management.update_checkpoint_state_internal(
+        save_dir, paths[-1], paths, save_relative_paths=True,
+        all_model_checkpoint_timestamps=timestamps, last_preserved_timestamp=preserved)
 
 
 class RunnerBase(train_lib.OrbitExperimentRunner):
@@ -246,9 +260,18 @@ def random_generator(layer):
 
 
 def set_random_generator(layer, source) -> None:
-    """Makes `source` the random source of the Keras `Dropout` layer `layer`, bypassing
-    Keras attribute tracking so checkpoints keep their structure."""
-    object.__setattr__(layer, "_random_generator", source)
+    """Makes `source` the random source of the Keras `Dropout` layer `layer`, untracked."""
+    set_untracked(layer, "_random_generator", source)
+
+
+def set_untracked(layer, name: str, value) -> None:
+    """Sets `layer.name` past Keras' tracking (`object.__setattr__`): checkpoints unchanged."""
+    object.__setattr__(layer, name, value)
+
+
+def sentencepiece_model(tokenizer):
+    """The private `_model_serialized_proto` of Model Garden's `SentencepieceTokenizer`, or None."""
+    return getattr(tokenizer, "_model_serialized_proto", None)
 
 
 class AttentionCore(NamedTuple):
@@ -273,9 +296,8 @@ def attention_core(layer) -> AttentionCore:
 def replace_compute_attention(layer, wrap) -> None:
     """`layer` (a `tf_keras.layers.MultiHeadAttention`) computes its core with
     `wrap(original)` from now on, where `original(query, key, value, attention_mask=None,
-    training=None)` is its own, returning (output, probabilities). Bypasses Keras attribute
-    tracking: checkpoints keep their structure."""
-    object.__setattr__(layer, "_compute_attention", wrap(layer._compute_attention))
+    training=None)` is its own, returning (output, probabilities); untracked."""
+    set_untracked(layer, "_compute_attention", wrap(layer._compute_attention))
 
 
 class AttentionProjections(NamedTuple):
@@ -334,7 +356,15 @@ def bert_encoder_parts(encoder) -> BertEncoderParts:
                             encoder._embedding_projection, encoder._transformer_layers)
 
 
-# Grappler, run as TensorFlow's CPU runtime runs it on a function.
+# TensorFlow's graph: XLA context and grappler, run as the CPU runtime runs it on a function.
+
+
+def in_xla_context() -> bool:
+    """Whether XLA compiles the graph being traced: TF's private `GraphOrParentsInXlaContext`."""
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
 
 _CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 

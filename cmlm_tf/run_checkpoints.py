@@ -178,7 +178,7 @@ def _write_state(model_dir: str, kept: List[str], state) -> None:
     """Rewrites `MODEL_DIR/checkpoint` to list `kept` (oldest first), keeping their
     timestamps, so `tf.train.CheckpointManager` resumes from and later prunes them.
     Entries are written relative to `MODEL_DIR`, so the folder can be moved."""
-    from tensorflow.python.checkpoint import checkpoint_management
+    from cmlm_tf import internals  # TensorFlow: the commands check their flags first
 
     stamps = {} if state is None else dict(zip(
         (os.path.basename(p) for p in state.all_model_checkpoint_paths),
@@ -187,12 +187,9 @@ def _write_state(model_dir: str, kept: List[str], state) -> None:
     # TensorFlow takes relative entries as relative to the working directory and rewrites
     # them against a relative `save_dir`: hand it paths under `model_dir` as given.
     paths = [os.path.join(model_dir, name) for name in names]
-    checkpoint_management.update_checkpoint_state_internal(
-        save_dir=model_dir, model_checkpoint_path=paths[-1],
-        all_model_checkpoint_paths=paths, save_relative_paths=True,
-        all_model_checkpoint_timestamps=[stamps[n] for n in names] if all(
-            n in stamps for n in names) else None,
-        last_preserved_timestamp=None if state is None else state.last_preserved_timestamp)
+    internals.write_checkpoint_state(
+        model_dir, paths, [stamps[n] for n in names] if all(n in stamps for n in names) else None,
+        None if state is None else state.last_preserved_timestamp)
 
 
 def checkpoint_step(prefix: Optional[str]) -> int:

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from cmlm_tf import packing, tf_logs, tokenization
+from cmlm_tf import internals, packing, tf_logs, tokenization
 from cmlm_tf.export import serving as serving_lib
 from cmlm_tf.vectors import l2_normalize
 
@@ -116,7 +116,7 @@ def write_tflite(module: "serving_lib.ServingModule", directory: str) -> dict:
                        "custom_ops": custom_ops(flatbuffer), "bytes": len(flatbuffer)})
     entry = {"models": models}
     if not isinstance(module.tokenizer, tokenization.FastWordpieceTokenizer):
-        sp_proto = getattr(module.tokenizer, "_model_serialized_proto", None)
+        sp_proto = internals.sentencepiece_model(module.tokenizer)
         if sp_proto is not None:
             with open(os.path.join(directory, tokenization.SP_MODEL_FILE), "wb") as f:
                 f.write(sp_proto)

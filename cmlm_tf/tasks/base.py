@@ -46,9 +46,9 @@ def with_run_sentencepiece(task_config, model_dir: Optional[str]):
     """`task_config` using the SentencePiece model its run learned, when it names none.
 
     With `task.model.tokenizer.type: sentencepiece`, an empty `sp_model_file` and a
-    `MODEL_DIR/sp.model` (written by the driver's `cmlm_tf.train.prepare_vocabulary`), returns
-    a copy that names that file and sets `task.model.encoder.vocab_size` to its piece count;
-    otherwise `task_config` itself. Reads only: nothing is trained or written.
+    `MODEL_DIR/sp.model` (written by the driver's `cmlm_tf.commands.train.prepare_vocabulary`),
+    returns a copy that names that file and sets `task.model.encoder.vocab_size` to its piece
+    count; otherwise `task_config` itself. Reads only: nothing is trained or written.
     """
     tokenizer = task_config.model.tokenizer
     if tokenizer.type != "sentencepiece" or tokenizer.sp_model_file or not model_dir:

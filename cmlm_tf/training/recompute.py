@@ -44,9 +44,7 @@ def compiled() -> bool:
     """Whether the code being traced is compiled with XLA (`jit_compile`): the lean layers
     act there only. A plain CPU step keeps its speed (recomputing costs it about 5 %), and
     its memory is the host's."""
-    from tensorflow.python.ops import control_flow_util
-
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return internals.in_xla_context()
 
 
 def _after(tensors, upstream):
@@ -154,7 +152,7 @@ def make_lean(model: tf_keras.layers.Layer) -> int:
 
     changed = 0
     for layer in [model] + list(model.submodules):
-        if getattr(layer, "_cmlm_lean", False):
+        if getattr(layer, "cmlm_lean", False):
             continue
         if type(layer) is tf_keras.layers.MultiHeadAttention:
             internals.replace_compute_attention(
@@ -162,11 +160,10 @@ def make_lean(model: tf_keras.layers.Layer) -> int:
         elif isinstance(layer, transformer_encoder_block.TransformerEncoderBlock) and \
                 internals.intermediate_activation_layer(layer) is not None:
             activation_layer = internals.intermediate_activation_layer(layer)
-            object.__setattr__(activation_layer, "activation",
-                               lean_activation(activation_layer.activation))
+            internals.set_untracked(activation_layer, "activation",
+                                    lean_activation(activation_layer.activation))
         else:
             continue
-        # Bypasses Keras attribute tracking: checkpoints keep their structure.
-        object.__setattr__(layer, "_cmlm_lean", True)
+        internals.set_untracked(layer, "cmlm_lean", True)
         changed += 1
     return changed
