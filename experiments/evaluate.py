@@ -3,7 +3,7 @@ r"""Evaluates one export for the runner: the claim's evaluations, and its traini
     python -m experiments.evaluate --model EXPORT_DIR --spec spec.json --output metrics.json \
         [--export_checkpoint RUN_DIR/ckpt-N --export_seq_length 48]
 
-`spec.json` holds `evaluations` (`experiments.claims.Evaluation` fields), `data` (the
+`spec.json` holds `evaluations` (`experiments.claim_types.Evaluation` fields), `data` (the
 runner's prepared data folder), `shared` (the public data sets) and `train_dirs` (the arm's
 training runs, oldest first). Metrics are flat keys (`retrieval/bible_es/src2tgt`,
 `stsb/spearman`, ...); `both` is the mean of the two retrieval directions, `mean` the

@@ -134,12 +134,13 @@ def busy_training(model_dir):
 
 
 def counted_busy_training(model_dir, log, checkpoint_dir=""):
-    """`experiments.run.run_counted` of `busy_training`, its CPU time polled every 0.1 s."""
-    from experiments import run
+    """`experiments.processes.run_counted` of `busy_training`, its CPU time polled every 0.1
+    s."""
+    from experiments import processes
 
-    run.CPU_POLL_SECONDS = 0.1
+    processes.CPU_POLL_SECONDS = 0.1
     child = [sys.executable, "-m", "tests.driver.children", "busy_training", model_dir]
-    run.run_counted(child, log, checkpoint_dir or None)
+    processes.run_counted(child, log, checkpoint_dir or None)
 
 
 def nothing():

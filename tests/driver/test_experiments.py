@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from experiments import claims, report, run, stats
+from experiments import arms, claim_results, claims, curves, prepare, processes, report, run, stats
 from tests.conftest import REPO_DIR, subprocess_env
 
 BUNDLED_PAIRS = REPO_DIR / "cmlm_tf" / "data" / "corpus" / "bible_en_es.tsv"
@@ -144,8 +144,9 @@ def _finished(runner_runs, name):
 
 def _check_context(results):
     """The context of the `--check` runs into `results` (their shared data beside it)."""
-    return run.Context(results=str(results / "check"), shared=str(results.parent / "shared"),
-                       seeds=[1], steps=2, command="")
+    return prepare.Context(results=str(results / "check"),
+                           shared=str(results.parent / "shared"), seeds=[1], steps=2,
+                           command="")
 
 
 def test_check_reports_each_failed_claim_in_one_line_and_goes_on(tmp_path):
@@ -165,9 +166,9 @@ def test_a_plain_run_starts_each_piece_as_a_child_process(tmp_path):
     """Outside `--check` a piece is a process of its own, started from the repository root
     with the runner's environment: the seed's init, written by `experiments.train` in a
     child (TensorFlow, tf_keras and the relative recipe paths resolved there)."""
-    ctx = run.Context(results=str(tmp_path), shared="", seeds=[1], steps=2, command="")
-    assert not run.IN_PROCESS
-    directory = pathlib.Path(run.ensure_init(1, ctx, "owner"))
+    ctx = prepare.Context(results=str(tmp_path), shared="", seeds=[1], steps=2, command="")
+    assert not processes.IN_PROCESS
+    directory = pathlib.Path(prepare.ensure_init(1, ctx, "owner"))
     assert (directory / "encoder.index").exists() and (directory / "params.yaml").exists()
     log = (tmp_path / "data" / "init" / "seed1.log").read_text(encoding="utf-8")
     assert log.startswith(f"$ {sys.executable} -m experiments.train ")
@@ -204,7 +205,7 @@ def test_check_runs_the_smallest_arm_of_every_claim(runner_runs):
         for index, stage in enumerate(result["stages"], 1):  # each trained 2 steps' worth
             assert result["cpu_seconds"][f"train_stage{index}"] > 0
             assert stage["overrides"]["trainer.train_steps"] == \
-                run.stage_steps(arm.stages[index - 1], run.Context("", "", [1], 2, ""))
+                arms.stage_steps(arm.stages[index - 1], prepare.Context("", "", [1], 2, ""))
         inits.append(result["cpu_seconds"].get("init", 0.0))
     # the seed's random init written once, by whichever runner needed it first
     assert len([cpu for cpu in inits if cpu > 0]) == 1
@@ -231,7 +232,7 @@ def test_smallest_negatives_arm_trains_from_the_seeds_init_and_is_skipped_once_d
     assert stage["overrides"]["task.init_checkpoint"].endswith("init/seed1/encoder")
 
     claim = claims.CLAIMS["negatives"]
-    assert run.run_arm(claim, claim.arm("batch_128"), 1, _check_context(results)) == str(path)
+    assert arms.run_arm(claim, claim.arm("batch_128"), 1, _check_context(results)) == str(path)
     assert "batch_128/seed1: done" in capsys.readouterr().out
     assert json.loads(path.read_text(encoding="utf-8")) == result
 
@@ -265,10 +266,11 @@ def test_learning_curve_evaluates_checkpoints_and_keeps_its_points(runner_runs, 
     # A runner stopped before the arm's result file: the evaluated points are kept, not
     # evaluated again (nor trained: no piece runs), and the result is rebuilt from them.
     (arm / "seed1.json").unlink()
-    monkeypatch.setattr(run, "run_counted", lambda *args, **kwargs: pytest.fail("a piece ran"))
+    monkeypatch.setattr(processes, "run_counted",
+                        lambda *args, **kwargs: pytest.fail("a piece ran"))
     claim, ctx = claims.CLAIMS["cmlm_vs_mlm"], _check_context(results)
-    run.run_curves(claim, [claim.arm("mlm")], 1, ctx)
-    run.finish_curve(claim, claim.arm("mlm"), 1, ctx)
+    curves.run_curves(claim, [claim.arm("mlm")], 1, ctx)
+    curves.finish_curve(claim, claim.arm("mlm"), 1, ctx)
     out = capsys.readouterr().out
     assert "step 1" not in out and "step 2" not in out
     assert json.loads((arm / "seed1.json").read_text(encoding="utf-8"))["curve"] == curve
@@ -299,7 +301,7 @@ def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
         while used < 2.5 and time.time() < deadline:  # 1.5 CPU seconds past the checkpoint
             time.sleep(0.05)
             pids = open(children, encoding="ascii").read().split()
-            used = (pids and run.process_cpu_seconds(int(pids[0]))) or 0.0
+            used = (pids and processes.process_cpu_seconds(int(pids[0]))) or 0.0
         assert used >= 2.5 and (model_dir / "checkpoint").exists(), used
     finally:
         os.killpg(runner.pid, signal.SIGKILL)  # the runner and its child, no clean-up
@@ -312,7 +314,7 @@ def test_cpu_of_a_runner_killed_outright_is_counted_by_the_next_piece(tmp_path,
     else:
         assert marked > 2.0, marked
 
-    cpu, _ = run.run_counted([sys.executable, "-m", "tests.driver.children", "nothing"],
+    cpu, _ = processes.run_counted([sys.executable, "-m", "tests.driver.children", "nothing"],
                              str(log))
     totals = json.loads(totals_path.read_text(encoding="utf-8"))
     assert (totals["pieces"], totals["interrupted"]) == (2, 1)
@@ -340,12 +342,13 @@ def test_runners_started_side_by_side_write_the_seeds_initialisation_once(tmp_pa
         (pathlib.Path(directory) / "encoder.index").write_text("", encoding="utf-8")
         return 1.0, 1.0
 
-    monkeypatch.setattr(run, "run_counted", write_init)
-    ctx = run.Context(results=str(tmp_path), shared=str(tmp_path), seeds=[3], steps=2,
-                      command="")
+    monkeypatch.setattr(processes, "run_counted", write_init)
+    ctx = prepare.Context(results=str(tmp_path), shared=str(tmp_path), seeds=[3], steps=2,
+                          command="")
     found = []
-    runners = [threading.Thread(target=lambda arm=arm: found.append(run.ensure_init(3, ctx, arm)))
-               for arm in ("cmlm", "mlm")]
+    runners = [threading.Thread(
+        target=lambda arm=arm: found.append(prepare.ensure_init(3, ctx, arm)))
+        for arm in ("cmlm", "mlm")]
     for runner in runners:
         runner.start()
     for runner in runners:
@@ -369,23 +372,23 @@ def test_a_piece_run_in_the_runners_process_keeps_its_output_and_its_errors(
     # argument, raises, or is interrupted.
     piece = [sys.executable, "-m", "tests.driver.children", "piece"]
     log = tmp_path / "piece.log"
-    monkeypatch.setattr(run, "IN_PROCESS", True)
+    monkeypatch.setattr(processes, "IN_PROCESS", True)
     cwd, argv = os.getcwd(), list(sys.argv)
 
-    cpu, _ = run.run_child(piece + ["0"], str(log))
+    cpu, _ = processes.run_child(piece + ["0"], str(log))
     assert cpu >= 0.0 and (os.getcwd(), sys.argv) == (cwd, argv)
     text = log.read_text(encoding="utf-8")
     assert "printed ['0']" in text and "logged by absl" in text
     assert "logged by tensorflow" in text
     with pytest.raises(RuntimeError) as error:
-        run.run_child(piece + ["raise"], str(log))
+        processes.run_child(piece + ["raise"], str(log))
     first = str(error.value).splitlines()[0]
     assert first == (f"tests.driver.children failed (1): ValueError: task.model: bad field; "
                      f"log {log}")
     with pytest.raises(RuntimeError, match=r"^tests\.driver\.children failed \(3\)"):
-        run.run_child(piece + ["3"], str(log))
-    with pytest.raises(run.Stopped):
-        run.run_child(piece + ["interrupt"], str(log), record=True)
+        processes.run_child(piece + ["3"], str(log))
+    with pytest.raises(processes.Stopped):
+        processes.run_child(piece + ["interrupt"], str(log), record=True)
     assert json.loads((tmp_path / "piece.log.cpu.json").read_text(encoding="utf-8"))[
         "pieces"] == 1
     handlers = [absl_logging.get_absl_handler().python_handler, *logging.getLogger().handlers,
@@ -530,15 +533,15 @@ def test_seed_and_threads_reach_the_runs_and_bad_values_are_one_line_errors(
     monkeypatch.setattr(run, "prepare", lambda needs, ctx: None)
     monkeypatch.setattr(run, "run_arm",
                         lambda claim, arm, seed, ctx: ran.append((arm.name, seed, ctx.command)))
-    for name in run.THREAD_VARIABLES:  # restored after the test
+    for name in processes.THREAD_VARIABLES:  # restored after the test
         monkeypatch.setenv(name, "")
     assert run.main(["--claim", "margin", "--arms", "margin_0", "--seed", "3", "--seed", "2",
                      "--threads", "1", "--results", str(tmp_path)]) == 0
     command = "python -m experiments.run --claim margin --seed 2 --seed 3 --threads 1"
     assert ran == [("margin_0", 2, command), ("margin_0", 3, command)]
     # Every child gets the thread count, and the results record it.
-    assert [run._env()[name] for name in run.THREAD_VARIABLES] == ["1", "1"]
-    assert run._tf_threads() == 1
+    assert [processes.child_env()[name] for name in processes.THREAD_VARIABLES] == ["1", "1"]
+    assert processes.tf_threads() == 1
     for bad, message in ((["--seed", "0"], "--seed 0: seeds start at 1"),
                          (["--threads", "0"], "--threads 0: give 1 or more"),
                          (["--arms", "queue_16"], "--arms: claim margin: no arm 'queue_16'"),
@@ -553,11 +556,11 @@ def test_seed_and_threads_reach_the_runs_and_bad_values_are_one_line_errors(
 
 def test_schedule_warms_up_for_a_share_of_the_run_shorter_than_the_run():
     warmup = "trainer.optimizer_config.warmup.linear.warmup_steps"
-    assert run.schedule(1000, 0.1)[warmup] == 100
-    assert run.schedule(5, 0.1)[warmup] == 1  # at least a step
-    assert run.schedule(2, 0.5)[warmup] == 1
-    assert run.schedule(1, 0.1)[warmup] == 0  # a one-step run trains at the full rate
-    assert warmup not in run.schedule(1000, None)
+    assert arms.schedule(1000, 0.1)[warmup] == 100
+    assert arms.schedule(5, 0.1)[warmup] == 1  # at least a step
+    assert arms.schedule(2, 0.5)[warmup] == 1
+    assert arms.schedule(1, 0.1)[warmup] == 0  # a one-step run trains at the full rate
+    assert warmup not in arms.schedule(1000, None)
 
 
 def test_list_names_every_claim():
@@ -572,7 +575,7 @@ def test_claims_name_existing_recipes_and_arms():
         names = {arm.name for arm in claim.arms}
         for comparison in claim.comparisons:
             for arm in (comparison.treatment, comparison.control):
-                assert arm in names or arm == report.BEST_QUEUE, (claim.name, arm)
+                assert arm in names or arm == claim_results.BEST_QUEUE, (claim.name, arm)
         for arm in claim.arms:
             for stage in arm.stages:
                 for path in stage.config_files:
