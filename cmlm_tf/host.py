@@ -82,8 +82,10 @@ def warn_if_bfloat16_is_emulated() -> bool:
 
 @functools.cache
 def int8_matmul_runs() -> bool:
-    """Whether oneDNN's int8 matmul (`QuantizedMatMulWithBiasAndDequantize`, which the int8
-    serving model runs) runs here, asked once per process with one tiny call.
+    """Whether TensorFlow's oneDNN int8 kernels run here, asked once per process with one
+    tiny call of its `QuantizedMatMulWithBiasAndDequantize` (the int8 serving model runs
+    `_QuantizedMatMul` of the same kernels, `export/int8_dense.py`, and needs oneDNN's
+    `QuantizeV2`, which like this call is off with TF_ENABLE_ONEDNN_OPTS=0).
 
     The call runs in a graph, as a SavedModel runs it: with TF_ENABLE_ONEDNN_OPTS=0 the
     eager kernel still runs, but a graph has no output for it ("Missing 0-th output").

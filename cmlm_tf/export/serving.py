@@ -22,7 +22,9 @@ embeddings raise `InvalidArgumentError` naming the input.
 A module has one `precision`, the one its signatures and root call run: `serving/1` runs
 float32 (and keeps bfloat16 functions for `cmlm_tf.load`), `serving_bf16/1` bfloat16 and
 `serving_int8/1` int8, with the same signatures, so a TF Serving user switches precision by
-model name.
+model name. A module whose forward has int8 layers calibrates their activation ranges when
+it is built (`InferenceForward.calibrate_int8` on `CALIBRATION_TEXTS`, the export's probe
+texts, through its tokenizer), so every int8 request is quantized over the same ranges.
 """
 
 from typing import Dict, Optional
@@ -30,6 +32,7 @@ from typing import Dict, Optional
 import tensorflow as tf
 
 from cmlm_tf import packing, tokenization
+from cmlm_tf.export.forward_checks import PROBE_TEXTS as CALIBRATION_TEXTS
 from cmlm_tf.export.serving_forward import BUCKET_ROWS, InferenceForward
 from cmlm_tf.modeling.sentence_encoder import INPUT_KEYS
 from cmlm_tf.vectors import l2_normalize
@@ -95,6 +98,10 @@ class ServingModule(tf.Module):
         self.seq_length = seq_length
         self.bucket_rows = int(bucket_rows)
         self._special = tokenization.special_token_ids(tokenizer)
+        if "int8" in forward.precisions and not forward.int8_calibrated:
+            # The int8 layers' activation ranges, from the float32 forward on the texts the
+            # export checks its forwards with, through this module's own tokenizer.
+            forward.calibrate_int8(**self.tokenize(tf.constant(CALIBRATION_TEXTS)))
 
         def pooled_function(precision: str, bucketed: bool):
             @tf.function(input_signature=TOKEN_ID_SPECS)

@@ -29,8 +29,10 @@ ops on weights laid out for it, and this module builds that forward from a live
   made here once), their bias and the feed-forward activation are bfloat16; the residual
   stream, LayerNorm, softmax and pooling stay float32;
 - with `precision="int8"` each dense layer is an `Int8Dense` (int8 weights with a scale per
-  output column, activations quantized per call, oneDNN's int8 matmul with the bias in its
-  kernel); everything between the dense layers stays float32.
+  output column, activations quantized over a range calibrated at export by
+  `calibrate_int8`, oneDNN's fused int8 matmul with the scales, bias and activation in its
+  kernel; the feed-forward layer hands its output to the output layer already quantized);
+  everything between the dense layers stays float32.
 
 No XLA is needed (TF Serving runs XLA only when started with
 `--xla_cpu_compilation_enabled`); callers that want it wrap the call in
@@ -42,13 +44,13 @@ into sub-batches of `BUCKET_ROWS` rows that are each trimmed to their own longes
 plan the serving model runs on every request.
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from cmlm_tf import internals
-from cmlm_tf.export.int8_dense import Int8Dense, graph_kernel
+from cmlm_tf.export.int8_dense import FUSED_ACTIVATIONS, Int8Dense, graph_kernel
 from cmlm_tf.export_metadata import PRECISIONS
 from cmlm_tf.modeling import layers
 
@@ -62,9 +64,9 @@ SERVING_PRECISIONS = ("float32", "bfloat16")
 # MiniLM fastest in TF and TFLite alike; 4 rows were slower (smaller matmuls), see
 # docs/results.md.
 BUCKET_ROWS = 8
-# The int8 forward runs sub-batches of 16: each of its dense layers adds a few elementwise
-# passes (activation range, quantization, column scales) whose cost is per call, and on the
-# Zen 5 machine of docs/results.md 16 rows served it 1.4x faster than 8 (32: no faster).
+# The int8 forward runs sub-batches of 16: on the Zen 5 machine of docs/results.md, with
+# activation ranges measured per call, 16 rows served it 1.4x faster than 8 (32: no
+# faster). Not measured again since the ranges are calibrated at export.
 PRECISION_BUCKET_ROWS = {"int8": 16}
 # Additive attention bias on padding, as BERT: exp(-10000) is 0 in float32.
 _PADDING_BIAS = -10000.0
@@ -142,15 +144,26 @@ def _dense_weights(kernel, bias, precision: str, constant_kernels: bool):
     return kernel, _constant_variable(bias, dtype)
 
 
-def _dense(x, weights, activation=None):
-    """x @ kernel + bias (then `activation`) as one matmul op with its epilogue: `MatMul` +
-    `BiasAdd` (+ GELU), the pattern grappler's remapper fuses into `_FusedMatMul`; or the
-    int8 layer. Returns float32 for int8, else the weights' dtype."""
+def _dense(x, weights, activation: Optional[str] = None, output_for=None):
+    """x @ kernel + bias (then the activation named `activation`) as one matmul op with its
+    epilogue: `MatMul` + `BiasAdd` (+ GELU), the pattern grappler's remapper fuses into
+    `_FusedMatMul`; or the int8 layer, with the activation in its kernel where oneDNN has
+    it and its output quantized for `output_for` (the next `Int8Dense`) there. Returns
+    float32 (or `Quantized`) for int8, else the weights' dtype."""
     if isinstance(weights, Int8Dense):
+        if activation is None or activation in FUSED_ACTIVATIONS:
+            return weights(x, activation=activation, output_for=output_for)
         output = weights(x)
     else:
         output = tf.nn.bias_add(tf.matmul(x, graph_kernel(weights[0])), weights[1])
-    return output if activation is None else activation(output)
+    return output if activation is None else layers.get_activation(activation)(output)
+
+
+def _observed_dense(x, weights: Int8Dense, activation: Optional[str] = None, output_for=None):
+    """The float32 layer in place of an `Int8Dense`, its input range observed (calibration);
+    `output_for` is for `_dense`'s signature."""
+    del output_for
+    return weights.observe(x, None if activation is None else layers.get_activation(activation))
 
 
 def _constant_variable(value, dtype=tf.float32) -> tf.Variable:
@@ -217,7 +230,7 @@ class InferenceForward(tf.Module):
             self.projection = (_constant_variable(encoder.projection.kernel),
                                _constant_variable(encoder.projection.bias))
             self._projection_activation = encoder.projection.activation
-        self._activation = layers.get_activation(config.hidden_activation)
+        layers.get_activation(config.hidden_activation)  # an unknown name fails here
         # One traced forward per precision, which every caller calls: its graph, with the
         # kernels in it, exists once in a SavedModel however many functions run it.
         self._forwards = {precision: tf.function(self._forward_function(precision),
@@ -237,12 +250,45 @@ class InferenceForward(tf.Module):
                              f"{self.precisions}")
         return self._forwards[precision](input_word_ids, input_mask, input_type_ids)
 
+    @property
+    def int8_calibrated(self) -> bool:
+        """Whether the int8 dense layers have their input ranges (`calibrate_int8`)."""
+        return all(dense.calibrated for layer in self.layers
+                   for dense in layer.dense.get("int8", {}).values())
+
+    def calibrate_int8(self, input_word_ids, input_mask, input_type_ids) -> None:
+        """Fixes each int8 dense layer's input range: the lowest and highest value its
+        input takes in the float32 forward over these rows, each row run alone, trimmed
+        to its last unmasked token (padding does not widen a range). Eager, at export; the
+        float32 weights the layers kept for it are dropped after.
+
+        Args:
+            input_word_ids, input_mask, input_type_ids: int [rows, seq], e.g. the export's
+                probe texts through its tokenizer (`ServingModule` does this).
+        """
+        if "int8" not in self.precisions:
+            raise ValueError(f"this forward has no int8 layers to calibrate ({self.precisions})")
+        inputs = [np.asarray(tensor, np.int32)
+                  for tensor in (input_word_ids, input_mask, input_type_ids)]
+        for row in range(inputs[0].shape[0]):
+            unmasked = np.flatnonzero(inputs[1][row])
+            length = int(unmasked[-1]) + 1 if unmasked.size else 1
+            self._forward(*[tensor[row:row + 1, :length] for tensor in inputs],
+                          precision="int8", observe=True)
+        for layer in self.layers:
+            for dense in layer.dense["int8"].values():
+                dense.finish_calibration()
+
     def _forward_function(self, precision: str):
         def forward(input_word_ids, input_mask, input_type_ids):
             return self._forward(input_word_ids, input_mask, input_type_ids, precision)
         return forward
 
-    def _forward(self, input_word_ids, input_mask, input_type_ids, precision: str):
+    def _forward(self, input_word_ids, input_mask, input_type_ids, precision: str,
+                 observe: bool = False):
+        # `observe`: the float32 layers in place of the int8 ones, observing their inputs
+        # (`calibrate_int8`).
+        dense_call = _observed_dense if observe else _dense
         # int8 quantizes inside each dense layer; everything between runs in float32.
         compute = tf.float32 if precision == "int8" else tf.as_dtype(precision)
         batch, seq = tf.shape(input_word_ids)[0], tf.shape(input_word_ids)[1]
@@ -260,19 +306,21 @@ class InferenceForward(tf.Module):
         attention_bias = tf.reshape((1.0 - mask) * _PADDING_BIAS, [batch, 1, 1, seq])
         for layer in self.layers:
             dense = layer.dense[precision]
-            qkv = _dense(x_compute, dense["qkv"])
+            qkv = dense_call(x_compute, dense["qkv"])
             query, key, value = tf.unstack(tf.transpose(
                 tf.reshape(qkv, [batch, seq, 3, self.num_heads, head_dim]), [2, 0, 3, 1, 4]))
             scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
             probs = tf.cast(tf.nn.softmax(scores + attention_bias, axis=-1), compute)
             context = tf.matmul(probs, value)
             context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch * seq, width])
-            attended = tf.cast(_dense(context, dense["attention"]), tf.float32)
+            attended = tf.cast(dense_call(context, dense["attention"]), tf.float32)
             x, x_compute = _layer_norm(attended + x, layer.attention_norm, layer.epsilon,
                                        compute)
-            # Bias and activation in the compute dtype, fused into the matmul.
-            inner = _dense(x_compute, dense["inner"], self._activation)
-            output = tf.cast(_dense(inner, dense["output"]), tf.float32)
+            # Bias and activation in the compute dtype, fused into the matmul (in int8, its
+            # output quantized there for the output layer).
+            inner = dense_call(x_compute, dense["inner"], self.hidden_activation,
+                               output_for=dense["output"])
+            output = tf.cast(dense_call(inner, dense["output"]), tf.float32)
             x, x_compute = _layer_norm(output + x, layer.output_norm, layer.epsilon, compute)
         pooled = layers.pool(tf.reshape(x, [batch, seq, width]), mask, self.pooling)
         if self.projection is not None:

@@ -255,8 +255,7 @@ def test_bf16_model_is_a_serving_folder_that_encode_runs_too(precision_export):
 
 def test_int8_model_is_a_serving_folder_that_encode_runs_too(precision_export):
     """`serving_int8/1`: the same signature, int8 weights, vectors close to float32's; a
-    request of one text at a time is what `encode` gives for it too (activations are
-    quantized per request, so a text's vector depends a little on its batch)."""
+    request of one text at a time is what `encode` gives for it too."""
     import cmlm_tf
 
     meta = json.loads((precision_export / "cmlm_tf_export.json").read_text())

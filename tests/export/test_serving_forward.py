@@ -140,6 +140,11 @@ def test_int8_forward_is_close_to_float32_and_keeps_no_float_kernels():
     dense = forward.layers[0].dense["int8"]["inner"]
     assert dense.kernel.dtype == tf.int8
     ids = _inputs()
+    assert not forward.int8_calibrated
+    with pytest.raises(RuntimeError, match="calibrate it first"):
+        forward(*ids, precision="int8")
+    forward.calibrate_int8(*ids)
+    assert forward.int8_calibrated and dense._float_weights is None
     full = forward(*ids).numpy()
     quantized = forward(*ids, precision="int8").numpy()
     assert cosines(quantized, full).min() >= 0.99
@@ -163,6 +168,8 @@ def test_bfloat16_and_int8_kernels_are_graph_constants_up_to_a_size(monkeypatch)
     assert isinstance(kept.layers[0].dense["bfloat16"]["inner"][0], tf.Variable)
     assert isinstance(kept.layers[0].dense["int8"]["inner"].kernel, tf.Variable)
     ids = _inputs()
+    forward.calibrate_int8(*ids)
+    kept.calibrate_int8(*ids)
     for precision in ("bfloat16", "int8"):
         np.testing.assert_array_equal(kept(*ids, precision=precision).numpy(),
                                       forward(*ids, precision=precision).numpy())
