@@ -58,11 +58,16 @@ setup(
     # options) and the approximate-neighbour indexes of mining (faiss, ScaNN).
     # `onnx`: the ONNX models of `export --onnx` (built from the weights with the onnx
     # package alone); ONNX Runtime, which runs them, is the `mteb` venv's (its tests).
+    # `keras_hub`: the KerasHub preset of an export (Keras 3, written in a child process);
+    # not in the README's test install (it pins kagglesdk 0.1.28, which moves
+    # tf-models-official's kaggle back to 2.2.1), but in the `mteb` venv, whose torch is the
+    # preset's second backend (tests/mteb_extra/test_keras_hub_preset.py).
     extras_require={"test": ["pytest", "pytest-xdist", "ruff", "tensorflow-serving-api~=2.20.0"],
                     "scale": ["apache-beam~=2.77", "pyarrow", "faiss-cpu~=1.15",
                               "scann~=1.4"],
                     "onnx": ["onnx>=1.17"],
-                    "mteb": ["mteb>=2,<3", "onnxruntime"]},
+                    "keras_hub": ["keras-hub~=0.32.0"],
+                    "mteb": ["mteb>=2,<3", "onnxruntime", "keras-hub~=0.32.0"]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",

@@ -279,6 +279,17 @@ def cosines(a, b) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+def preprocessor_ids(export_dir, texts: list) -> list:
+    """The token ids of `texts` through an export's TF Hub preprocessor, padding dropped."""
+    preprocessor = tf.saved_model.load(str(pathlib.Path(export_dir) / "preprocessor"))
+    ids = []
+    for start in range(0, len(texts), 64):
+        inputs = preprocessor(tf.constant(texts[start:start + 64]))
+        for row, mask in zip(inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()):
+            ids.append(row[mask > 0].tolist())
+    return ids
+
+
 def subprocess_env() -> dict:
     """The environment of a subprocess that runs the driver or a script from the repo."""
     return dict(os.environ, PYTHONPATH=str(REPO_DIR), TF_CPP_MIN_LOG_LEVEL="2",

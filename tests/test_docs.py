@@ -256,14 +256,16 @@ def python_blocks(path):
 # server's requests in tests/export/test_serving.py), nor those that need
 # sentence-transformers, which the MTEB venv runs
 # (tests/mteb_extra/test_sentence_transformers_export.py), or its ONNX backend, which the ONNX
-# venv runs (tests/onnx_extra/test_onnx_backend.py).
+# venv runs (tests/onnx_extra/test_onnx_backend.py), nor those that need keras-hub, which the
+# MTEB venv runs too (tests/mteb_extra/test_keras_hub_preset.py).
 _SERVER_SNIPPETS = ("grpc", "requests.post")
 SENTENCE_TRANSFORMERS_SNIPPETS = "from sentence_transformers import"
 ONNX_SNIPPETS = 'backend="onnx"'
+KERAS_HUB_SNIPPETS = "import keras_hub"
 SNIPPETS = [(page, number, code) for page in ("README.md", "docs/serving.md")
             for number, code in python_blocks(REPO_DIR / page)
             if not any(word in code for word in _SERVER_SNIPPETS)
-            and SENTENCE_TRANSFORMERS_SNIPPETS not in code]
+            and SENTENCE_TRANSFORMERS_SNIPPETS not in code and KERAS_HUB_SNIPPETS not in code]
 
 
 @pytest.mark.parametrize("page,number", [(page, number) for page, number, _ in SNIPPETS],

@@ -3,7 +3,7 @@ r"""Command line of the exporter.
     python -m cmlm_tf.export --export_dir OUT \
         (--model_dir DIR [--checkpoint CKPT] [--encoder_key encoder] | --hf_dir DIR) \
         [--seq_length N] [--tflite] [--bf16] [--int8] [--sentence_transformers] [--onnx] \
-        [--classic_wordpiece] [--overwrite]
+        [--keras_hub] [--classic_wordpiece] [--overwrite]
 
 `--model_dir` is a training run (`params.yaml` + checkpoints) or a folder written by
 `cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
@@ -18,7 +18,7 @@ import os
 import sys
 
 # Standard library only at import time: errors in the arguments come before TensorFlow.
-from cmlm_tf.export import export_lib, onnx_model, source, staging
+from cmlm_tf.export import export_lib, formats, source, staging
 
 
 def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentParser:
@@ -26,8 +26,8 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
 
     parser = common.ArgumentParser(
         prog=prog,
-        description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels, "
-                    "a TF Serving model and, with --tflite, TFLite models.")
+        description="Export a cmlm_tf encoder as TF Hub preprocessor + encoder SavedModels "
+                    "and a TF Serving model, and in the formats its flags name.")
     parser.add_argument("--export_dir", required=True, help="folder to write")
     parser.add_argument("--model_dir",
                         help="training run or convert_hf_bert output folder")
@@ -41,21 +41,7 @@ def build_parser(prog: str = "python -m cmlm_tf.export") -> argparse.ArgumentPar
     parser.add_argument("--seq_length", type=int, default=None,
                         help="default: the HF folder's max_seq_length, else the training "
                              f"run's seq_length, else {source.DEFAULT_SEQ_LENGTH}")
-    parser.add_argument("--tflite", action="store_true",
-                        help="also write OUT/tflite/ (float32 and dynamic-range int8)")
-    parser.add_argument("--bf16", action="store_true",
-                        help="also write OUT/serving_bf16/1: the TF Serving model with "
-                             "bfloat16 matmuls and activations (AMX, AVX512-BF16 CPUs)")
-    parser.add_argument("--int8", action="store_true",
-                        help="also write OUT/serving_int8/1: the TF Serving model with int8 "
-                             "matmuls (oneDNN: AVX512-VNNI, AMX)")
-    parser.add_argument("--sentence_transformers", action="store_true",
-                        help="also write OUT/sentence_transformers/: the model as a "
-                             "sentence-transformers folder (SentenceTransformer(path))")
-    parser.add_argument("--onnx", action="store_true",
-                        help="also write OUT/sentence_transformers/ with onnx/model.onnx and "
-                             "onnx/model_qint8_avx512_vnni.onnx (ONNX Runtime, "
-                             "sentence-transformers' backend=\"onnx\"; the onnx extra)")
+    formats.add_flags(parser)  # --tflite, --bf16, --int8, ... (cmlm_tf.export.formats)
     parser.add_argument("--classic_wordpiece", action="store_true",
                         help="serving/1 tokenizes WordPiece with the classic TF-Text ops "
                              "(TF Serving 2.2-2.11) instead of the fast ones (2.12+)")
@@ -81,19 +67,18 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         staging.check_export_dir(args.export_dir, model_dir=args.model_dir, hf_dir=args.hf_dir,
                                  checkpoint=args.checkpoint)
         staging.check_replaceable(args.export_dir, args.overwrite)
-        if args.onnx:
-            onnx_model.require_onnx()
+        flags = {export_format.name: getattr(args, export_format.name)
+                 for export_format in formats.FLAGGED}
+        formats.require(flags)
         # Said at once (the export itself takes seconds to minutes, and ends with its path).
         print(f"exporting {args.model_dir or args.hf_dir} to {args.export_dir}", flush=True)
         stage = progress.Stages("export")  # its timer runs from here: TensorFlow loads slowly
         stage("starting TensorFlow")
         try:
             if args.model_dir and args.overwrite and os.path.isdir(args.export_dir):
-                options = export_lib.export_options(args.seq_length, args.tflite,
-                                                    args.classic_wordpiece, args.encoder_key,
-                                                    args.bf16, args.int8,
-                                                    sentence_transformers=args.sentence_transformers,
-                                                    onnx=args.onnx)
+                options = export_lib.export_options(
+                    seq_length=args.seq_length, classic_wordpiece=args.classic_wordpiece,
+                    encoder_key=args.encoder_key, **flags)
                 current = export_lib.up_to_date(args.export_dir, args.model_dir,
                                                 args.checkpoint, options)
                 if current is not None:
@@ -104,11 +89,9 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
             path = export_lib.export(args.export_dir, model_dir=args.model_dir,
                                      checkpoint=args.checkpoint, encoder_key=args.encoder_key,
                                      hf_dir=args.hf_dir, seq_length=args.seq_length,
-                                     overwrite=args.overwrite, tflite=args.tflite,
-                                     classic_wordpiece=args.classic_wordpiece, bf16=args.bf16,
-                                     int8=args.int8, stage=stage,
-                                     sentence_transformers=args.sentence_transformers,
-                                     onnx=args.onnx)
+                                     overwrite=args.overwrite,
+                                     classic_wordpiece=args.classic_wordpiece, stage=stage,
+                                     **flags)
         finally:
             stage.done()
         print(f"exported to {path}")

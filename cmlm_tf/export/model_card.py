@@ -2,6 +2,7 @@
 models compute, the ops each needs, and how to load them. Made from the export's metadata
 (`cmlm_tf_export.json`) alone."""
 
+from cmlm_tf.export import formats
 from cmlm_tf.export import source as source_lib
 
 _HOW_TO_LOAD = """## Load it
@@ -93,50 +94,21 @@ the serving `embeddings` output is always L2-normalised
 
 
 def _contents(meta: dict) -> str:
-    """The card's table of the export's models and the custom ops each needs."""
-    ops = meta["custom_ops"]
-
-    def op_list(name):
-        return "TF-Text: " + ", ".join(f"`{op}`" for op in ops[name]) if ops[name] else "none"
-
-    tflite = ""
-    if meta.get("tflite"):
-        tflite = "".join(
-            f"| `tflite/{entry['file']}` | TFLite ({entry['quantization']}): "
-            f"{entry['inputs']} -> `embeddings` | {', '.join(entry['custom_ops']) or 'none'} |\n"
-            for entry in meta["tflite"]["models"])
-    folder = meta.get("sentence_transformers") or {}
-    others = ""
-    if folder:
-        others = (f"| `{folder['folder']}/` | sentence-transformers, Transformers: "
-                  f"`SentenceTransformer(path)` ({', '.join(folder['modules'])}) | none |\n")
-        onnx = folder.get("onnx") or {}
-        others += "".join(
-            f"| `{folder['folder']}/{onnx[precision]}` | ONNX Runtime, {precision} (opset "
-            f"{onnx['opset']}): `input_ids`, `attention_mask`, `token_type_ids` -> "
-            f"`last_hidden_state`; `SentenceTransformer(path, backend=\"onnx\")` | none |\n"
-            for precision in ("float32", "int8") if precision in onnx)
-    variants = "".join(
-        f"| `{entry['folder']}/` | the same TF Serving model in {precision} (a model server "
-        f"switches by model name) | {op_list('serving')} |\n"
-        for precision, entry in (meta.get("serving_models") or {}).items()
-        if precision != "float32")
+    """The card's table of the export's models and the custom ops each needs: each format's
+    rows (`cmlm_tf.export.formats`)."""
+    rows = "".join(export_format.card_rows(meta) for export_format in formats.FORMATS)
     return f"""## Contents and the ops each model needs
 
 | path | what | custom ops (`import tensorflow_text` first) |
 | --- | --- | --- |
-| `preprocessor/` | TF Hub text preprocessor: strings -> `input_word_ids`, `input_mask`, \
-`input_type_ids`; `.tokenize`, `.bert_pack_inputs` | {op_list("preprocessor")} |
-| `encoder/` | TF Hub text encoder (trainable): dict -> `pooled_output`, `default`, \
-`sequence_output`, `encoder_outputs` | {op_list("encoder")} |
-| `serving/1/` | TF Serving: `serving_default` (`sentences` -> `embeddings`), \
-`from_token_ids` (`input_word_ids`, `input_mask`, `input_type_ids` -> `embeddings`) | \
-{op_list("serving")} |
-{variants}{tflite}{others}
+{rows}
 """
 
 
 def model_card(meta: dict) -> str:
     """The README.md of an export whose metadata is `meta`."""
     return ("# Sentence encoder exported by cmlm_tf\n\n" + description(meta) + "\n"
-            + _contents(meta) + _HOW_TO_LOAD)
+            + _contents(meta) + _HOW_TO_LOAD
+            + "".join("\n" + section for section in (
+                export_format.card_section(meta) for export_format in formats.FORMATS)
+                if section))

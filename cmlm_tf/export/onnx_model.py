@@ -15,6 +15,12 @@ sentence-transformers' `backend="onnx"` (through Optimum) and any ONNX Runtime u
   rescaled to float32 before the bias. Embeddings, attention scores, softmax and layer norms
   stay float32.
 
+Where the folder holds Transformers' `XLMRobertaModel` (its `config.json`, written first,
+says so: an encoder that reads XLM-R's ids), the graph has no `token_type_ids` input, as
+Optimum's XLM-R export has none (its tokenizer gives none): every token adds type row 0.
+Given the position table with RoBERTa's rows before its first position id (more rows than
+the encoder's `max_position_embeddings`), the graph's positions start after them.
+
 The graphs are built here from the encoder's weights (the tensors of
 `bert_weights.hf_bert_tensors`) with standard ONNX operators of opset 17: no torch, no
 converter. The `onnx` package comes with the `onnx` extra (`pip install "cmlm_tf[onnx]"`);
@@ -22,6 +28,7 @@ converter. The `onnx` package comes with the `onnx` extra (`pip install "cmlm_tf
 """
 
 import importlib.util
+import json
 import math
 import os
 from typing import Dict, List
@@ -29,7 +36,7 @@ from typing import Dict, List
 import numpy as np
 
 __all__ = ["EXTERNAL_DATA_BYTES", "FOLDER", "FLOAT32_FILE", "INT8_FILE", "OPSET", "bert_graph",
-           "quantize_columns", "require_onnx", "write_onnx"]
+           "graph_layout", "quantize_columns", "require_onnx", "write_onnx"]
 FOLDER = "onnx"  # inside OUT/sentence_transformers/
 FLOAT32_FILE = "model.onnx"
 INT8_FILE = "model_qint8_avx512_vnni.onnx"
@@ -149,18 +156,27 @@ def _layer_norm(graph: _GraphBuilder, x: str, tensors: dict, prefix: str, eps: f
                     f"{prefix}/output", axis=-1, epsilon=float(eps))
 
 
-def _embeddings(graph: _GraphBuilder, tensors: dict, eps: float) -> str:
-    """Word + position + token type embeddings, layer-normalised: [batch, seq, hidden]."""
+def _embeddings(graph: _GraphBuilder, tensors: dict, eps: float, position_offset: int,
+                token_type_input: bool) -> str:
+    """Word + position + token type embeddings, layer-normalised: [batch, seq, hidden].
+    Positions are `position_offset` + 0, 1, ...; without `token_type_input`, every token
+    has type 0."""
     def table(name):
         return graph.const(f"embeddings.{name}.weight", tensors[f"embeddings.{name}.weight"])
 
     words = graph.op("Gather", [table("word_embeddings"), "input_ids"], "embeddings/words")
-    types = graph.op("Gather", [table("token_type_embeddings"), "token_type_ids"],
-                     "embeddings/types")
+    if token_type_input:
+        types = graph.op("Gather", [table("token_type_embeddings"), "token_type_ids"],
+                         "embeddings/types")
+    else:
+        types = graph.const("embeddings.token_type_embeddings.row_0",
+                            tensors["embeddings.token_type_embeddings.weight"][0])
     length = graph.op("Gather", [graph.op("Shape", ["input_ids"], "embeddings/shape"),
                                  graph.const("embeddings/seq_axis", np.int64(1))],
                       "embeddings/length")
-    positions = graph.op("Range", [graph.const("embeddings/zero", np.int64(0)), length,
+    first = graph.const("embeddings/first_position", np.int64(position_offset))
+    positions = graph.op("Range", [first, graph.op("Add", [length, first],
+                                                   "embeddings/position_end"),
                                    graph.const("embeddings/step", np.int64(1))],
                          "embeddings/position_ids")
     position_vectors = graph.op("Gather", [table("position_embeddings"), positions],
@@ -211,17 +227,19 @@ def _mask_bias(graph: _GraphBuilder) -> str:
                     "mask/bias_4d")
 
 
-def bert_graph(tensors: Dict[str, np.ndarray], encoder_config, int8: bool = False):
+def bert_graph(tensors: Dict[str, np.ndarray], encoder_config, int8: bool = False, *,
+               position_offset: int = 0, token_type_input: bool = True):
     """The `onnx.ModelProto` of Transformers' `BertModel` with `tensors` (Transformers' names,
     `bert_weights.hf_bert_tensors`) and the sizes of `encoder_config` (an `EncoderConfig`):
     `last_hidden_state` of `input_ids`, `attention_mask`, `token_type_ids`. With `int8`,
-    every linear layer is int8 (module docstring)."""
+    every linear layer is int8 (module docstring). `position_offset` (the first position
+    row) and no `token_type_input` give `XLMRobertaModel` (module docstring)."""
     from onnx import TensorProto, helper
 
     heads, hidden = encoder_config.num_attention_heads, encoder_config.hidden_size
     eps = encoder_config.layer_norm_epsilon
     graph = _GraphBuilder()
-    x = _embeddings(graph, tensors, eps)
+    x = _embeddings(graph, tensors, eps, position_offset, token_type_input)
     mask_bias = _mask_bias(graph)
     for index in range(encoder_config.num_layers):
         prefix = f"encoder.layer.{index}"
@@ -237,8 +255,8 @@ def bert_graph(tensors: Dict[str, np.ndarray], encoder_config, int8: bool = Fals
     graph.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"],
                                         name="last_hidden_state"))
     axes = ["batch_size", "sequence_length"]
-    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, axes)
-              for name in ("input_ids", "attention_mask", "token_type_ids")]
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_type_input else [])
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, axes) for name in names]
     output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
                                            axes + [hidden])
     return helper.make_model(
@@ -256,16 +274,31 @@ def _save(model, path: str, external_data_bytes: int) -> None:
     onnx.checker.check_model(path)
 
 
+def graph_layout(folder: str, tensors: Dict[str, np.ndarray], encoder_config) -> dict:
+    """`bert_graph`'s `position_offset` and `token_type_input` for the ONNX folder `folder`
+    of a sentence-transformers folder (module docstring)."""
+    config_path = os.path.join(os.path.dirname(os.path.abspath(folder)), "config.json")
+    model_type = "bert"
+    if os.path.exists(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type", "bert")
+    rows = tensors["embeddings.position_embeddings.weight"].shape[0]
+    return {"position_offset": max(0, rows - encoder_config.max_position_embeddings),
+            "token_type_input": model_type != "xlm-roberta"}
+
+
 def write_onnx(folder: str, tensors: Dict[str, np.ndarray], encoder_config,
                external_data_bytes: int = EXTERNAL_DATA_BYTES) -> dict:
     """Writes `model.onnx` and its int8 twin into the new folder `folder` (the folder's
-    `onnx/`; tensors beside each model in `<file>_data` when it is larger than
-    `external_data_bytes`); returns what the export's metadata records of them."""
+    `onnx/`, in a folder whose `config.json` is written: `graph_layout`; tensors beside
+    each model in `<file>_data` when it is larger than `external_data_bytes`); returns what
+    the export's metadata records of them."""
     require_onnx()
+    layout = graph_layout(folder, tensors, encoder_config)
     os.makedirs(folder)
     written = {}
     for precision, name in (("float32", FLOAT32_FILE), ("int8", INT8_FILE)):
-        _save(bert_graph(tensors, encoder_config, int8=precision == "int8"),
+        _save(bert_graph(tensors, encoder_config, int8=precision == "int8", **layout),
               os.path.join(folder, name), external_data_bytes)
         written[precision] = f"{FOLDER}/{name}"
     return {**written, "opset": OPSET}

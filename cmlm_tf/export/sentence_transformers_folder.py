@@ -4,11 +4,15 @@ loads it with sentence-transformers alone (5.x and 6.x), without cmlm_tf or Tens
 The folder is the layout sentence-transformers itself saves, with nothing of cmlm_tf in it:
 
 - `model.safetensors` and `config.json`: the encoder as Transformers' `BertModel`
-  (`model_import.bert_weights.hf_bert_tensors`, the importer's mapping read backwards);
+  (`model_import.bert_weights.hf_bert_tensors`, the importer's mapping read backwards), or,
+  for an encoder that reads XLM-R's ids (`xlmr_sentencepiece`), as `XLMRobertaModel`, whose
+  position table gets back the rows before RoBERTa's first position id that the importer
+  drops (zeros: no token reads them);
 - `vocab.txt`, `tokenizer.json`, `tokenizer_config.json`, `special_tokens_map.json`: BERT's
   WordPiece tokenizer with the normalisation cmlm_tf's preprocessor applies (Hugging Face's
   `BertNormalizer`, which `bert_normalizer.py` reproduces: control and format characters
   deleted, CJK ideographs split, and for uncased vocabularies accents stripped and lower case);
+  or XLM-R's SentencePiece tokenizer (`xlmr_tokenizer_json.py`);
 - with `--onnx`, `onnx/model.onnx` and its int8 twin (`onnx_model.py`);
 - `modules.json` with `1_Pooling` (the encoder's pooling), `2_Dense` for a projection (the
   LaBSE layout) and `Normalize` when the encoder's vectors are L2-normalised;
@@ -16,8 +20,8 @@ The folder is the layout sentence-transformers itself saves, with nothing of cml
   `config_sentence_transformers.json` and a model card `README.md`.
 
 `check_representable` refuses, in one line naming what is missing, an encoder this layout
-cannot hold (a SentencePiece tokenizer, an activation Transformers' BERT lacks), before the
-export writes anything.
+cannot hold (a SentencePiece tokenizer other than XLM-R's, a case-folded XLM-R tokenizer, an
+activation Transformers' BERT lacks), before the export writes anything.
 """
 
 import json
@@ -27,11 +31,12 @@ from typing import Optional
 
 import numpy as np
 
-from cmlm_tf.export import onnx_model
+from cmlm_tf.export import onnx_model, xlmr_tokenizer_json
 from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 from cmlm_tf.model_import import bert_weights, hf_folder
 
-__all__ = ["FOLDER", "check_representable", "model_card", "tokenizer_json", "write_folder"]
+__all__ = ["FOLDER", "check_representable", "model_card", "tokenizer_json", "write_folder",
+           "write_readme"]
 # The special tokens of BERT's WordPiece vocabularies, by their Transformers names.
 _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                    "cls_token": "[CLS]", "mask_token": "[MASK]"}
@@ -45,10 +50,19 @@ def check_representable(model, flag: Optional[str] = None) -> None:
     that a sentence-transformers BERT folder cannot hold."""
     encoder, tokenizer = model.encoder, model.tokenizer
     flag = flag or "--sentence_transformers"
-    if tokenizer.type != "wordpiece":
+    if tokenizer.type not in ("wordpiece", "xlmr_sentencepiece"):
         raise ValueError(f"{flag}: the {tokenizer.type} tokenizer "
-                         "(task.model.tokenizer.type) has no Hugging Face BERT tokenizer; "
-                         "only WordPiece vocabularies are written")
+                         "(task.model.tokenizer.type) has no Hugging Face tokenizer; only "
+                         "WordPiece vocabularies and XLM-R's SentencePiece model are written")
+    if tokenizer.type == "xlmr_sentencepiece":
+        if tokenizer.lower_case:
+            raise ValueError(f"{flag}: task.model.tokenizer.lower_case is true: Transformers' "
+                             "XLM-R tokenizer does not case-fold (set it false)")
+        missing = xlmr_tokenizer_json.unsupported(
+            xlmr_tokenizer_json.read_model(tokenizer.sp_model_file))
+        if missing:
+            raise ValueError(f"{flag}: {tokenizer.sp_model_file} is {missing}, which "
+                             "Transformers' XLM-R tokenizer cannot reproduce")
     if encoder.hidden_activation not in hf_folder.HF_ACTIVATION_NAMES:
         raise ValueError(f"{flag}: hidden_activation "
                          f"{encoder.hidden_activation!r} (task.model.encoder) has no "
@@ -88,6 +102,23 @@ def _bert_config(encoder_config, pad_id: int) -> dict:
         "position_embedding_type": "absolute",
         "torch_dtype": "float32",
     }
+
+
+def _xlmr_transformer(tensors: dict, encoder_config) -> tuple:
+    """(tensors, `config.json`) of Transformers' `XLMRobertaModel` with the
+    encoder's weights (`tensors`, BERT's names, which RoBERTa shares): its position ids start
+    at the padding id + 1, so the rows before it, which the importer drops, come back as
+    zeros (only padding reads row `PAD_ID`, and its outputs are masked)."""
+    offset = xlmr_tokenizer_json.PAD_ID + 1
+    name = "embeddings.position_embeddings.weight"
+    positions = tensors[name]
+    tensors = {**tensors, name: np.concatenate(
+        [np.zeros((offset, positions.shape[1]), np.float32), positions])}
+    config = {**_bert_config(encoder_config, xlmr_tokenizer_json.PAD_ID),
+              "architectures": ["XLMRobertaModel"], "model_type": "xlm-roberta",
+              "max_position_embeddings": encoder_config.max_position_embeddings + offset,
+              "bos_token_id": 0, "eos_token_id": 2}
+    return tensors, config
 
 
 def tokenizer_json(vocab: list, lower_case: bool) -> dict:
@@ -200,14 +231,18 @@ def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str =
 
     check_representable(model)
     os.makedirs(folder)
-    vocab = _read_vocab(model.tokenizer.vocab_file)
     tensors = bert_weights.hf_bert_tensors(encoder)
+    if model.tokenizer.type == "xlmr_sentencepiece":
+        tensors, config = _xlmr_transformer(tensors, model.encoder)
+        xlmr_tokenizer_json.write_files(folder, model.tokenizer.sp_model_file, seq_length)
+    else:
+        vocab = _read_vocab(model.tokenizer.vocab_file)
+        config = _bert_config(model.encoder, vocab.index(_SPECIAL_TOKENS["pad_token"])
+                              if _SPECIAL_TOKENS["pad_token"] in vocab else 0)
+        _write_tokenizer(folder, model.tokenizer.vocab_file, model.tokenizer.lower_case,
+                         seq_length)
     save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(folder, "config.json"),
-                _bert_config(model.encoder, vocab.index(_SPECIAL_TOKENS["pad_token"])
-                             if _SPECIAL_TOKENS["pad_token"] in vocab else 0))
-    _write_tokenizer(folder, model.tokenizer.vocab_file, model.tokenizer.lower_case,
-                     seq_length)
+    _write_json(os.path.join(folder, "config.json"), config)
     modules = _write_modules(folder, encoder, model.encoder)
     _write_json(os.path.join(folder, "modules.json"), modules)
     _write_json(os.path.join(folder, "sentence_bert_config.json"),
@@ -221,9 +256,16 @@ def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str =
     if onnx:
         written["onnx"] = onnx_model.write_onnx(os.path.join(folder, onnx_model.FOLDER),
                                                 tensors, model.encoder)
+    write_readme(folder, model, seq_length, dim, card_lines, onnx=onnx)
+    return written
+
+
+def write_readme(folder: str, model, seq_length: int, dim: Optional[int], card_lines: str, *,
+                 onnx: bool = False) -> None:
+    """Writes (or rewrites, once the ONNX models are in) the folder's `README.md`
+    (`model_card`)."""
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
         f.write(model_card(model, seq_length, dim, card_lines, onnx=onnx))
-    return written
 
 
 def model_card(model, seq_length: int, dim: Optional[int], card_lines: str, *,
@@ -251,7 +293,8 @@ def model_card(model, seq_length: int, dim: Optional[int], card_lines: str, *,
         "",
         "# Sentence encoder exported by cmlm_tf",
         "",
-        f"A BERT encoder ({encoder.num_layers} layers, width {encoder.hidden_size}) with "
+        f"{'An XLM-RoBERTa' if model.tokenizer.type == 'xlmr_sentencepiece' else 'A BERT'} "
+        f"encoder ({encoder.num_layers} layers, width {encoder.hidden_size}) with "
         f"{', '.join(parts)}: {dim or encoder.hidden_size}-dimensional vectors of texts of up "
         f"to {seq_length} tokens. It needs sentence-transformers only:",
         "",

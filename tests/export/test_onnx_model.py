@@ -72,6 +72,36 @@ def test_the_graph_gives_the_encoders_token_and_sentence_vectors(tiny_vocab, act
     np.testing.assert_allclose(_run(model, longer)[:, :12], hidden[:1], atol=2e-5)
 
 
+def test_an_xlm_roberta_folder_gets_roberta_positions_and_no_token_types(tiny_vocab,
+                                                                       tmp_path):
+    """In a folder of `XLMRobertaModel` (its config.json), with the position table holding the
+    two rows before RoBERTa's first position id, the graph takes `input_ids` and
+    `attention_mask` only and gives the encoder's vectors (type 0 for every token)."""
+    encoder, config = _tiny_encoder(tiny_vocab)
+    tensors = bert_weights.hf_bert_tensors(encoder)
+    assert onnx_model.graph_layout(str(tmp_path / "onnx"), tensors, config) == {
+        "position_offset": 0, "token_type_input": True}
+    (tmp_path / "config.json").write_text('{"model_type": "xlm-roberta"}', encoding="utf-8")
+    name = "embeddings.position_embeddings.weight"
+    tensors[name] = np.concatenate([np.full((2, config.hidden_size), 9, np.float32),
+                                    tensors[name]])
+    layout = onnx_model.graph_layout(str(tmp_path / "onnx"), tensors, config)
+    assert layout == {"position_offset": 2, "token_type_input": False}
+    model = onnx_model.bert_graph(tensors, config, **layout)
+    onnx.checker.check_model(model, full_check=True)
+    assert [i.name for i in model.graph.input] == ["input_ids", "attention_mask"]
+    inputs = _inputs(tiny_vocab)
+    hidden = _run(model, {key: inputs[key] for key in ("input_ids", "attention_mask")})
+    ours = encoder({"input_word_ids": inputs["input_ids"].astype(np.int32),
+                    "input_mask": inputs["attention_mask"].astype(np.int32),
+                    "input_type_ids": np.zeros_like(inputs["input_ids"], np.int32)},
+                   training=False)
+    np.testing.assert_allclose(hidden, ours["sequence_output"].numpy(), atol=2e-5)
+    pooled = _mean_pooled(hidden, inputs["attention_mask"])
+    cosines = np.sum(pooled * ours["default"].numpy(), axis=1)
+    assert cosines.min() >= 0.99999
+
+
 def test_the_int8_graph_quantises_every_linear_layer_and_keeps_the_vectors(tiny_vocab):
     encoder, config = _tiny_encoder(tiny_vocab)
     tensors = bert_weights.hf_bert_tensors(encoder)
@@ -143,7 +173,6 @@ def test_a_model_the_folder_cannot_hold_is_refused_under_the_flag_given(tiny_sp_
 
 
 def test_the_options_record_onnx_with_its_folder():
-    options = export_lib.export_options(None, False, False, "encoder", onnx=True)
+    options = export_lib.export_options(onnx=True)
     assert options["sentence_transformers"] is True and options["onnx"] is True
-    assert "onnx" not in export_lib.export_options(None, False, False, "encoder",
-                                                   sentence_transformers=True)
+    assert "onnx" not in export_lib.export_options(sentence_transformers=True)

@@ -5,10 +5,12 @@ and the encoders it refuses. sentence-transformers itself loads the folders in t
 import json
 
 import numpy as np
+import onnx
 import pytest
 import tf_keras
 from safetensors.numpy import load_file
 
+import cmlm_tf
 from cmlm_tf import configs
 from cmlm_tf.export import export_lib
 from cmlm_tf.export import sentence_transformers_folder as st_folder
@@ -17,6 +19,7 @@ from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import TESTS_DIR, tiny_encoder_config
 
 STANDINS = TESTS_DIR / "testdata" / "st_standins"
+XLMR_SP_MODEL = STANDINS / "xlmr_layout" / "sentencepiece.bpe.model"
 
 
 def _labse_layout_model(tiny_vocab):
@@ -69,6 +72,17 @@ def test_the_labse_layout_is_written_as_sentence_transformers_saves_it(tiny_voca
         in card
 
 
+def test_a_case_folded_xlmr_tokenizer_is_refused_in_one_line():
+    """Transformers' XLM-R tokenizer does not case-fold as `lower_case` does."""
+    model = configs.SentenceModelConfig(
+        encoder=tiny_encoder_config(4002), tokenizer=configs.TokenizerConfig(
+            type="xlmr_sentencepiece", sp_model_file=str(XLMR_SP_MODEL), lower_case=True))
+    with pytest.raises(ValueError, match="^--onnx: task.model.tokenizer.lower_case is true"):
+        st_folder.check_representable(model, "--onnx")
+    model.tokenizer.lower_case = False
+    st_folder.check_representable(model)
+
+
 @pytest.mark.parametrize("field, value, named", [
     ("tokenizer.type", "sentencepiece", "the sentencepiece tokenizer"),
     ("encoder.hidden_activation", "mish", "hidden_activation 'mish'"),
@@ -109,3 +123,43 @@ def test_the_folder_imports_back_to_the_same_vectors(tmp_path):
     vectors = [cmlm_tf.load(str(folder)).encode(texts) for folder in (first, second)]
     assert np.sum(vectors[0] * vectors[1], axis=1).min() >= 0.99999
     assert np.abs(vectors[0][0] - vectors[0][1]).max() > 1e-3  # cased: the texts differ
+
+
+def test_the_xlmr_family_is_written_as_xlm_roberta_and_imports_back(tmp_path):
+    """The XLM-R stand-in exported (with `onnx`) as Transformers' `XLMRobertaModel`: its own
+    tensors again, the two position rows before RoBERTa's first position id back in the
+    table, XLM-R's tokenizer files, ONNX models without `token_type_ids`; that folder
+    imported again gives the same vectors, Khmer and zero-width characters included."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    export_lib.export(str(first), hf_dir=str(STANDINS / "xlmr_layout"), onnx=True)
+    folder = first / st_folder.FOLDER
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    source = json.loads((STANDINS / "xlmr_layout" / "config.json").read_text(encoding="utf-8"))
+    assert config["architectures"] == ["XLMRobertaModel"]
+    for field in ("model_type", "max_position_embeddings", "pad_token_id", "type_vocab_size",
+                  "vocab_size", "layer_norm_eps"):
+        assert config[field] == source[field], field
+    ours = load_file(str(folder / "model.safetensors"))
+    theirs = load_file(str(STANDINS / "xlmr_layout" / "model.safetensors"))
+    assert set(theirs) <= set(ours)
+    for name, value in theirs.items():
+        if name.startswith("pooler."):  # unused by sentence encoders; the import skips it
+            continue
+        expected = value.copy()
+        if name == "embeddings.position_embeddings.weight":
+            expected[:2] = 0  # rows no token reads; the import dropped them
+        np.testing.assert_allclose(ours[name], expected, atol=1e-7, err_msg=name)
+    assert (folder / "sentencepiece.bpe.model").read_bytes() == \
+        XLMR_SP_MODEL.read_bytes()
+    assert json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))[
+        "tokenizer_class"] == "XLMRobertaTokenizer"
+    model = onnx.load(str(folder / "onnx" / "model.onnx"))
+    assert [i.name for i in model.graph.input] == ["input_ids", "attention_mask"]
+    assert "An XLM-RoBERTa encoder" in (folder / "README.md").read_text(encoding="utf-8")
+
+    export_lib.export(str(second), hf_dir=str(folder))
+    texts = ["Hello World.", "hello world.", "ក្រុង\u200bភ្នំពេញ", "zero\u200bwidth "
+             "joiner\u200d and non\u200cjoiner", "人人生而自由", "Ｗｈａｔ？", ""]
+    vectors = [cmlm_tf.load(str(export)).encode(texts) for export in (first, second)]
+    vectors = [v / np.linalg.norm(v, axis=1, keepdims=True) for v in vectors]
+    assert np.sum(vectors[0] * vectors[1], axis=1).min() >= 0.99999

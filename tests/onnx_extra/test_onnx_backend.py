@@ -35,9 +35,11 @@ def _golden() -> dict:
 @pytest.fixture(scope="module")
 def onnx_exports(tmp_path_factory, minilm_hf_dir):
     """name -> an export with `--onnx`: the LaBSE-layout stand-in (cased, CLS pooling, tanh
-    Dense, Normalize) and all-MiniLM-L6-v2 (mean pooling, Normalize)."""
+    Dense, Normalize), the XLM-R stand-in (XLM-RoBERTa, XLM-R's tokenizer, mean pooling) and
+    all-MiniLM-L6-v2 (mean pooling, Normalize)."""
     root = tmp_path_factory.mktemp("onnx_exports")
     sources = {"labse_layout": TESTS_DIR / "testdata" / "st_standins" / "labse_layout",
+               "xlmr_layout": TESTS_DIR / "testdata" / "st_standins" / "xlmr_layout",
                "minilm": minilm_hf_dir}
     for name, source in sources.items():
         export_lib.export(str(root / name), hf_dir=str(source), onnx=True)
@@ -65,7 +67,8 @@ def _check(theirs: dict, expected: np.ndarray, texts: list) -> None:
     (tests/mteb_extra/test_sentence_transformers_export.py)."""
     expected = expected / np.linalg.norm(expected, axis=1, keepdims=True)
     for precision, bound in (("float32", 0.99999), ("int8", 0.95)):
-        cosines = np.sum(theirs[precision] * expected, axis=1)
+        vectors = theirs[precision] / np.linalg.norm(theirs[precision], axis=1, keepdims=True)
+        cosines = np.sum(vectors * expected, axis=1)
         assert cosines.min() >= bound, (precision, [(texts[i][:30], cosines[i])
                                                     for i in np.argsort(cosines)[:3]])
     assert np.abs(theirs["int8"] - theirs["float32"]).max() > 1e-4  # the int8 file ran
@@ -78,6 +81,19 @@ def test_backend_onnx_gives_the_torch_models_vectors(onnx_exports, tmp_path):
     theirs = _child(onnx_exports["labse_layout"] / "sentence_transformers", golden["texts"],
                     tmp_path)
     _check(theirs, np.asarray(golden["models"]["labse_layout"]["vectors"]), golden["texts"])
+
+
+def test_backend_onnx_gives_the_xlmr_torch_models_and_cmlm_tf_vectors(onnx_exports, tmp_path):
+    """The XLM-R stand-in (no `token_type_ids`, RoBERTa's positions) on its 136 UDHR texts,
+    against the torch vectors of when it was made, and with the edge cases (Khmer,
+    zero-width characters) against cmlm_tf's."""
+    golden = _golden()
+    folder = onnx_exports["xlmr_layout"] / "sentence_transformers"
+    theirs = _child(folder, golden["texts"], tmp_path)
+    _check(theirs, np.asarray(golden["models"]["xlmr_layout"]["vectors"]), golden["texts"])
+    theirs = _child(folder, EDGE_CASES, tmp_path)
+    _check(theirs, cmlm_tf.load(str(onnx_exports["xlmr_layout"])).encode(EDGE_CASES),
+           EDGE_CASES)
 
 
 def test_backend_onnx_gives_cmlm_tf_vectors(onnx_exports, tmp_path):
