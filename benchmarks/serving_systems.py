@@ -7,6 +7,7 @@ earlier export, timed in the same run). Every system has the number type its mat
 in, so that its share is of the peak of that type.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -29,8 +30,13 @@ SYSTEMS = {
     "tflite_int8": ("tflite", "int8", "int8", {}),
     "sentence-transformers": ("st", "float32", "float32", {}),
     "sentence-transformers_bf16": ("st", "bfloat16", "bfloat16", {}),
-    # sentence-transformers' ONNX Runtime backend with its dynamic int8 quantization.
-    "sentence-transformers_int8": ("st_onnx_int8", "", "int8", {}),
+    # sentence-transformers' ONNX Runtime backend: on its own ONNX export of the weights
+    # (float32, and its dynamic int8 quantization), and on the export's own ONNX models
+    # (`--onnx`: OUT/sentence_transformers/onnx/).
+    "sentence-transformers_onnx": ("st_onnx", "own_float32", "float32", {}),
+    "sentence-transformers_int8": ("st_onnx", "own_int8", "int8", {}),
+    "onnx": ("st_onnx", "export_float32", "float32", {}),
+    "onnx_int8": ("st_onnx", "export_int8", "int8", {}),
 }
 DEFAULT_SYSTEMS = ("serving", "serving_bf16", "serving_int8", "serving_fpmath_bf16", "encode",
                    "tflite_float32", "tflite_int8", "sentence-transformers",
@@ -128,24 +134,42 @@ def _cpu_flags() -> set:
                      if line.startswith("flags")), set())
 
 
-def _st_onnx_int8(st_model, work: str, threads):
-    """sentence-transformers' ONNX backend on its dynamically quantized int8 model for this
-    CPU (`avx512_vnni` where it has VNNI, else `avx2`), exported into a copy of the model
-    folder under `work` (`export_dynamic_quantized_onnx_model`)."""
+def _st_onnx_folder(args, which: str):
+    """(model folder, ONNX file in it) of an `st_onnx` system: sentence-transformers' own
+    export of `--st_model` into a copy under `--work` (`own_float32`; `own_int8`: its
+    `export_dynamic_quantized_onnx_model` for this CPU, `avx512_vnni` where it has VNNI, else
+    `avx2`), or the ONNX models of the export's sentence-transformers folder, as its metadata
+    names them (`export_float32`, `export_int8`)."""
     _, sentence_transformers = _import_st()
+    source, _, precision = which.partition("_")
+    if source == "export":
+        with open(os.path.join(args.model, "cmlm_tf_export.json"), encoding="utf-8") as f:
+            entry = json.load(f).get("sentence_transformers") or {}
+        if precision not in entry.get("onnx", {}):
+            raise SystemExit(f"{args.model}: no ONNX models (export it with --onnx)")
+        return os.path.join(args.model, entry["folder"]), entry["onnx"][precision]
+    folder = os.path.join(args.work, f"st_onnx_{precision}")
     config = "avx512_vnni" if "avx512_vnni" in _cpu_flags() else "avx2"
-    folder = os.path.join(work, "st_onnx_int8")
     if not os.path.isdir(folder):
-        shutil.copytree(_st_model_folder(st_model), folder)
+        shutil.copytree(_st_model_folder(args.st_model), folder)
         model = sentence_transformers.SentenceTransformer(folder, device="cpu", backend="onnx")
         model.save_pretrained(folder)
-        sentence_transformers.export_dynamic_quantized_onnx_model(model, config, folder)
-    kwargs = {"file_name": f"onnx/model_qint8_{config}.onnx"}
-    if threads:
+        if precision == "int8":
+            sentence_transformers.export_dynamic_quantized_onnx_model(model, config, folder)
+    return folder, ("onnx/model.onnx" if precision == "float32"
+                    else f"onnx/model_qint8_{config}.onnx")
+
+
+def _st_onnx(args, which: str):
+    """sentence-transformers' ONNX Runtime backend on the model of `_st_onnx_folder`."""
+    _, sentence_transformers = _import_st()
+    folder, file_name = _st_onnx_folder(args, which)
+    kwargs = {"file_name": file_name}
+    if args.threads:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = args.threads
         kwargs["session_options"] = options
     model = sentence_transformers.SentenceTransformer(folder, device="cpu", backend="onnx",
                                                       model_kwargs=kwargs)
@@ -165,7 +189,7 @@ def build(system: str, args):
         return _tflite(model, argument, args.threads)
     if kind == "st":
         return _st(args.st_model, argument, args.threads)
-    return _st_onnx_int8(args.st_model, args.work, args.threads)
+    return _st_onnx(args, argument)
 
 
 def _best_seconds(function, *inputs) -> float:

@@ -24,7 +24,10 @@ process (`serving_systems.py` builds them):
   float32 / bfloat16 (`torch_dtype`), run by `--st_python`;
 - `sentence-transformers_int8`: sentence-transformers' ONNX Runtime backend on the model its
   `export_dynamic_quantized_onnx_model` writes (config `avx512_vnni` where the CPU has VNNI,
-  else `avx2`), run by `--st_int8_python` (default: `--st_python`).
+  else `avx2`), run by `--st_int8_python` (default: `--st_python`);
+  `sentence-transformers_onnx`: the same backend on its own float32 ONNX export;
+- `onnx`, `onnx_int8`: that backend (the same `--st_int8_python`) on the export's own ONNX
+  models, `sentence_transformers/onnx/` (an export made with `--onnx`).
 - Any system with `@baseline` (`serving@baseline`, `encode_bf16@baseline`) runs on
   `--baseline_model`, an export of an earlier version, in the same run: a before/after.
 
@@ -178,7 +181,7 @@ class Worker:
     def __init__(self, system: str, args, verbose_file=None):
         kind = "machine" if system == "machine" else serving_systems.spec(system)[0]
         python = {"st": args.st_python,
-                  "st_onnx_int8": args.st_int8_python or args.st_python}.get(kind,
+                  "st_onnx": args.st_int8_python or args.st_python}.get(kind,
                                                                               sys.executable)
         command = [python, os.path.abspath(__file__), "--worker", system,
                    "--model", args.model, "--batch_size", str(args.batch_size),
