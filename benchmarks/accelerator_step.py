@@ -70,7 +70,7 @@ DEFAULT_CASES = ("bitext_b256_f32", "bitext_b256_bf16", "bitext_b1024_bf16", "cm
 
 
 def _case_params(name: str, workdir: str):
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     experiment, recipe, size, batch, seq, precision, options = CASES[name]
     overrides = [f"task.model.encoder.{key}={value}" for key, value in SIZES[size].items()]
@@ -98,8 +98,8 @@ def _case_params(name: str, workdir: str):
         overrides.append(f"task.margin_softmax.mini_batch_size={options['chunk']}")
     if precision == "bfloat16":
         overrides.append("runtime.mixed_precision_dtype=bfloat16")
-    return train.build_params(experiment, [os.path.join(REPO_DIR, "configs", recipe + ".yaml")],
-                              ",".join(overrides))
+    return train_lib.build_params(experiment, [os.path.join(REPO_DIR, "configs", recipe + ".yaml")],
+                                  ",".join(overrides))
 
 
 def temp_bytes(dump_dir: str) -> int:
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(CASES))
     if unknown:
         raise SystemExit(f"--cases: unknown {unknown}; --list shows the cases")
-    from cmlm_tf.host import describe_cpu
+    from cmlm_tf.runtime.host import describe_cpu
 
     print(f"CPU: {describe_cpu()}")
     print(f"{'case':<28} {'sort':>4} {'while':>5} {'rng':>4} {'temp GiB':>9} {'s':>5}",

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     parser.add_argument("--one", nargs=2, type=int, metavar=("BATCH", "CHUNK"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from cmlm_tf.host import describe_cpu
+    from cmlm_tf.runtime.host import describe_cpu
 
     if args.one:
         print(json.dumps(one_configuration(args.one[0], args.one[1], args.seq, args.steps)))

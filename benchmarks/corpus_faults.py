@@ -252,7 +252,7 @@ def _full_disk(setup):
 
 def _owned_staging(setup):
     """embed_corpus beside the live staging folder of another run (this process)."""
-    from cmlm_tf import output_folders
+    from cmlm_tf.files import output_folders
 
     out = setup.work / "race_out"
     staging = pathlib.Path(f"{out}.staging-{output_folders.writer_tag()}-0123abcd")
@@ -264,7 +264,7 @@ def _owned_staging(setup):
 
 def _dead_work(setup):
     """mine with Beam options beside the work folder of a killed mine (a dead pid)."""
-    from cmlm_tf import output_folders
+    from cmlm_tf.files import output_folders
 
     folder = setup.work / "debris"
     folder.mkdir()

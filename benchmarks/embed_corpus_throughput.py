@@ -28,12 +28,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cmlm_tf.commands import common  # noqa: E402
-
-common.quiet_tensorflow_logs()
-
 import cmlm_tf  # noqa: E402
-from cmlm_tf import host  # noqa: E402
+from cmlm_tf.runtime import host  # noqa: E402
 from cmlm_tf.scale import embed, embedding_files  # noqa: E402
 
 

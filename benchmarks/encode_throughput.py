@@ -102,7 +102,7 @@ def main():
 
     from scipy.stats import spearmanr
 
-    import cmlm_tf.host
+    import cmlm_tf.runtime.host
     from cmlm_tf.evaluation import readers
 
     first, second, gold = readers.read_sts(args.stsb)
@@ -116,7 +116,7 @@ def main():
     precisions = args.precisions.split(",")
     systems = {**cmlm_tf_systems(args, precisions), **st_systems(args, precisions)}
 
-    print(f"machine: {cmlm_tf.host.describe_cpu()}; load average before: "
+    print(f"machine: {cmlm_tf.runtime.host.describe_cpu()}; load average before: "
           f"{os.getloadavg()[0]:.2f}")
     print(f"model: {args.model}  texts: {len(texts)}  batch_size: {args.batch_size}  "
           f"repeats: {args.repeats} (interleaved, best of)", flush=True)

@@ -6,7 +6,7 @@ tanh projection and L2 normalisation (sentence-transformers' LaBSE layout), rand
 
 The vocabulary is `labse_size_vocab()` of tests/testdata/make_st_standins.py (the labse_layout
 stand-in's 3,000 entries, then pieces of two of its characters), whose ids
-`tests/test_bert_normalizer.py` checks against Hugging Face's tokenizer. Writes
+`tests/text/test_bert_normalizer.py` checks against Hugging Face's tokenizer. Writes
 `OUTPUT/converted/` (what `cmlm_tf.import_model` writes for an imported model) and exports it
 to `OUTPUT/export/` as `python -m cmlm_tf.export --model_dir OUTPUT/converted --tflite` does,
 then prints the seconds of each step, the size of each part of the export and the peak
@@ -55,9 +55,11 @@ def main():
     output = pathlib.Path(args.output)
     shutil.rmtree(output, ignore_errors=True)
 
-    from cmlm_tf import configs, host, import_folder
+    from cmlm_tf import configs
     from cmlm_tf.export import export_lib
+    from cmlm_tf.model_import import import_folder
     from cmlm_tf.modeling import sentence_encoder
+    from cmlm_tf.runtime import host
 
     flags = host.cpu_flags() or set()
     print("CPU flags:", " ".join(sorted(flag for flag in flags if flag.startswith(

@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cmlm_tf import host  # noqa: E402
 from cmlm_tf.evaluation import ann, mining  # noqa: E402
+from cmlm_tf.runtime import host  # noqa: E402
 from cmlm_tf.scale import embedding_files, flat_search  # noqa: E402
 from cmlm_tf.vectors import unit_rows  # noqa: E402
 

@@ -38,7 +38,8 @@ def main(argv=None) -> int:
 
     from official.core import exp_factory
 
-    from cmlm_tf import config_files, experiment_registry
+    from cmlm_tf import config_files
+    from cmlm_tf.tasks import experiment_registry
 
     experiment_registry.register()
 

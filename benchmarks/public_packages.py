@@ -27,7 +27,7 @@ def deb_data(package: bytes) -> tarfile.TarFile:
 def staged(output: str):
     """A folder beside `output` (`staged_folder`, as exports use), moved to `output` when
     the block ends without an error, removed otherwise."""
-    from cmlm_tf import staged_folder
+    from cmlm_tf.files import staged_folder
 
     output = os.path.abspath(output)
     os.makedirs(os.path.dirname(output), exist_ok=True)

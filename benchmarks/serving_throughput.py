@@ -66,7 +66,7 @@ CPU has.
 LiteRT and ONNX Runtime run none): after the timed rounds, each system starts once more in
 a process with `ONEDNN_VERBOSE=1`, makes one warm-up pass over the texts and one counted
 pass, and the counts of the counted pass are printed per system by kernel (`KIND
-IMPLEMENTATION PROPAGATION`, `cmlm_tf.host.onednn_kernel_counts`): whether the dense layers
+IMPLEMENTATION PROPAGATION`, `cmlm_tf.runtime.host.onednn_kernel_counts`): whether the dense layers
 run `brgemm` (`avx10_1_512_amx` on AMX) or the older `gemm:jit`, and how many reorders.
 
 `--limit N` times only the first N batches (a quick end-to-end check of the script). The
@@ -303,7 +303,7 @@ def time_systems(args, texts_file: str, first: list, gold: list):
 def kernel_counts(args, texts_file: str) -> dict:
     """system -> {oneDNN kernel: runs} of one pass over the texts after a warm-up pass, each
     system in a fresh process with ONEDNN_VERBOSE=1."""
-    from cmlm_tf.host import onednn_kernel_counts
+    from cmlm_tf.runtime.host import onednn_kernel_counts
 
     counts = {}
     for system in args.system_list:
@@ -343,7 +343,7 @@ def main() -> None:
     texts = first + second
     with open(os.path.join(args.model, "cmlm_tf_export.json"), encoding="utf-8") as f:
         encoder = json.load(f)["encoder"]
-    from cmlm_tf.host import describe_cpu
+    from cmlm_tf.runtime.host import describe_cpu
 
     caps = " ".join(f"{k}={v}" for k, v in ISA_CAPS.get(args.cap_isa, {}).items())
     print(f"machine: {describe_cpu()}; load average before: {os.getloadavg()[0]:.2f}")

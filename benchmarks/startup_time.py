@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default="")
     parser.add_argument("--keep", action="store_true", help="keep the generated corpora")
     args = parser.parse_args(argv)
-    from cmlm_tf.host import describe_cpu
+    from cmlm_tf.runtime.host import describe_cpu
 
     sizes = [int(n) for n in args.lines.split(",") if n]
     objectives = [o for o in args.objectives.split(",") if o]

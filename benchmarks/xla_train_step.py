@@ -55,12 +55,12 @@ def _resident_mb() -> float:
 
 def build_params(task_name: str, args, workdir: str):
     """The experiment's params: recipe files under configs/, then overrides."""
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     if task_name == "cmlm_tiny":
-        return train.build_params("cmlm_tf/cmlm", [os.path.join(REPO_DIR, "configs",
+        return train_lib.build_params("cmlm_tf/cmlm", [os.path.join(REPO_DIR, "configs",
                                                                 "cmlm_tiny.yaml")],
-                                  "task.train_data.shuffle_buffer_size=100")
+                                      "task.train_data.shuffle_buffer_size=100")
     import yaml
 
     from cmlm_tf.model_import import hf_folder
@@ -80,7 +80,7 @@ def build_params(task_name: str, args, workdir: str):
     pairs = os.path.join(workdir, "pairs.tsv")
     with open(pairs, "w", encoding="utf-8") as f:
         f.writelines(f"{a}\t{b}\n" for a, b in zip(lines, lines[1:]))
-    return train.build_params(
+    return train_lib.build_params(
         "cmlm_tf/bitext", [warm_start, os.path.join(REPO_DIR, "configs", "bitext_minilm.yaml")],
         f"task.train_data.input_path={pairs},task.train_data.shuffle_buffer_size=1000,"
         f"task.train_data.global_batch_size={args.minilm_batch},"
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise SystemExit(f"--tasks: unknown {unknown}; choose from {', '.join(TASKS)}")
-    from cmlm_tf.host import describe_cpu
+    from cmlm_tf.runtime.host import describe_cpu
 
     print(f"CPU: {describe_cpu()}; load average {os.getloadavg()[0]:.2f}")
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; {args.steps} timed step(s) after "

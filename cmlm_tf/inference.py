@@ -3,13 +3,13 @@
 `load` opens the export's `serving/1` model and calls the functions the exporter saved in it
 (`cmlm_tf.export.serving.ServingModule`): `tokenize`, and the inference forward that
 `serving_default` also runs (`bucketed_*`, or the plain `pooled_*`). What stays in Python
-is the batching (`cmlm_tf.batching`): texts are tokenised, sorted by token count and batched.
+is the batching (`cmlm_tf.text.batching`): texts are tokenised, sorted by token count and batched.
 Each batch runs `bucketed_float32` / `bucketed_bfloat16`, which sort it again inside the graph
 and run it in sub-batches padded only to their own longest text, as `serving_default` does.
 With `jit_compile=True` each batch is instead padded to its length bucket (`bucket_length`)
 and row count (`bucket_rows`) and runs the plain forward XLA-compiled, one graph per shape,
 built once and reused (off by default: the saved graphs ran faster, docs/results.md). The
-machine's side (bfloat16 support, thread pools) is `cmlm_tf.host`; MTEB's encoder over a
+machine's side (bfloat16 support, thread pools) is `cmlm_tf.runtime.host`; MTEB's encoder over a
 loaded model is `cmlm_tf.evaluation.mteb_adapter.MTEBEncoder`.
 """
 
@@ -20,8 +20,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from cmlm_tf.batching import bucket_length, bucket_rows, sorted_batches
-from cmlm_tf.export_metadata import (  # noqa: F401  (the others: read here by callers)
+from cmlm_tf.export.export_metadata import (  # noqa: F401  (the others: read here by callers)
     FORMAT_VERSION,
     METADATA_FILE,
     PRECISIONS,
@@ -29,7 +28,12 @@ from cmlm_tf.export_metadata import (  # noqa: F401  (the others: read here by c
     read_metadata,
     serving_model_dir,
 )
-from cmlm_tf.host import apply_thread_settings, int8_matmul_runs, warn_if_bfloat16_is_emulated
+from cmlm_tf.runtime.host import (
+    apply_thread_settings,
+    int8_matmul_runs,
+    warn_if_bfloat16_is_emulated,
+)
+from cmlm_tf.text.batching import bucket_length, bucket_rows, sorted_batches
 from cmlm_tf.vectors import l2_normalize_array
 
 TextInput = Union[str, bytes, Sequence[Union[str, bytes]]]

@@ -12,7 +12,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Tuple
 
-from cmlm_tf import host
+from cmlm_tf.runtime import host
 from experiments import processes
 from experiments.claim_types import Arm, Claim, Stage
 from experiments.prepare import Context, ensure_init, owned_cpu

@@ -7,7 +7,7 @@ import os
 import shlex
 from typing import List, Tuple
 
-from cmlm_tf import run_dir
+from cmlm_tf.files import locks
 from experiments import processes
 from experiments.processes import REPO, python_command, read_json, run_child, write_json
 
@@ -93,7 +93,7 @@ def runners_lock(folder: str):
     (an import or an export publishes into its parent folder under that folder's lock)."""
     lock = os.path.join(folder, ".runners")
     os.makedirs(lock, exist_ok=True)
-    return run_dir.folder_lock(lock)
+    return locks.folder_lock(lock)
 
 
 def _prepare(needs, ctx: Context) -> None:

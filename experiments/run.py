@@ -77,7 +77,7 @@ def check_configs(claim: Claim, ctx: Context) -> int:
     strictly (an unknown or mistyped field fails, as in the driver); returns how many.
     Raises ValueError naming the arm and stage. The claim's data must be prepared (the
     MiniLM warm start)."""
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     values = {**arm_values(1, ctx), "best_queue_size": 1024}
     folder = os.path.join(ctx.results, "configs", claim.name)
@@ -91,7 +91,7 @@ def check_configs(claim: Claim, ctx: Context) -> int:
             overrides = write_overrides(os.path.join(folder, arm.name, f"stage{index}.yaml"),
                                         fields)
             try:
-                params = train.build_params(stage.experiment, [
+                params = train_lib.build_params(stage.experiment, [
                     *(os.path.join(REPO, path) for path in config_files), overrides])
             except (ValueError, FileNotFoundError) as e:
                 raise ValueError(f"{where}: {e}") from None

@@ -55,11 +55,11 @@ def main(argv=None) -> int:
     from absl import logging
     from official.core import train_utils
 
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
     from cmlm_tf.modeling import sentence_encoder
 
     logging.set_verbosity(logging.INFO)
-    params = train.build_params(args.experiment, args.config_file, args.params_override)
+    params = train_lib.build_params(args.experiment, args.config_file, args.params_override)
     tf_keras.utils.set_random_seed(args.seed)
     if args.write_init:
         encoder = sentence_encoder.build_sentence_encoder(params.task.model.encoder)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             [f"/cpu:{i}" for i in range(args.cpu_replicas)])
         logging.info("MirroredStrategy: %d replicas on logical CPU devices",
                      strategy.num_replicas_in_sync)
-    train.run(params, args.model_dir, args.mode, strategy=strategy)
+    train_lib.run(params, args.model_dir, args.mode, strategy=strategy)
     return 0
 
 

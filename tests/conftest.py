@@ -171,7 +171,8 @@ def tiny_sp_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_sp_run_dir(tmp_path_factory, tiny_sp_model):
     """Like `tiny_run_dir`, with a SentencePiece tokenizer."""
-    from cmlm_tf import configs, tokenization
+    from cmlm_tf import configs
+    from cmlm_tf.text import tokenization
 
     tokenizer = configs.TokenizerConfig(type="sentencepiece", sp_model_file=str(tiny_sp_model))
     special = tokenization.special_token_ids(tokenization.build_tokenizer(tokenizer))
@@ -304,7 +305,7 @@ def pytest_configure(config):
     controller runs no test and leaves the devices alone. Listing them logs CUDA's spurious
     `failed call to cuInit` where there is no GPU, before pytest captures anything: the
     line is dropped here, as the package drops it (`tf_logs`)."""
-    from cmlm_tf import tf_logs
+    from cmlm_tf.runtime import tf_logs
 
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return

@@ -6,52 +6,15 @@ import ast
 import pathlib
 import re
 
+from tests import source_tree
 from tests.conftest import REPO_DIR
-
-PACKAGE = REPO_DIR / "cmlm_tf"
-
-
-def _modules():
-    """{dotted name: path} of every module of the package."""
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(REPO_DIR).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = path
-    return modules
-
-
-def _imports(name: str, path: pathlib.Path, modules) -> set:
-    """The package modules `name` imports, at module level or inside functions."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level:
-                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-                for _ in range(node.level - 1):
-                    package = package.rpartition(".")[0]
-                module = f"{package}.{module}" if module else package
-            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules
-                       else module for alias in node.names]
-        else:
-            continue
-        found.update(target for target in targets if target in modules and target != name)
-    return found
-
-
-def _graph():
-    modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+from tests.source_tree import PACKAGE
 
 
 def test_the_package_has_no_import_cycle():
     # The package root counts like every module: `import cmlm_tf` and `from cmlm_tf import
     # load` are edges to it.
-    graph = _graph()
+    graph = source_tree.import_graph()
     state, cycles = {}, []
 
     def visit(name, path):
@@ -69,49 +32,30 @@ def test_the_package_has_no_import_cycle():
     assert not cycles, cycles[:3]
 
 
-def _floors():
-    """{path in cmlm_tf/ as docs/architecture.md names it (`x.py`, `x/`, `convert_*.py`):
-    floor} from the page's floor table."""
-    text = (REPO_DIR / "docs" / "architecture.md").read_text(encoding="utf-8")
-    return {entry: int(floor)
-            for floor, cells in re.findall(r"^\| (\d) \| ([^|]+) \|", text, re.MULTILINE)
-            for entry in re.findall(r"`([^`]+)`", cells)}
-
-
-def _floor_of(name, floors):
-    """The floor of the longest entry that names the module (`export/__main__.py` before
-    `export/`)."""
-    relative = _modules()[name].relative_to(PACKAGE).as_posix()
-    matching = [(len(entry), floor) for entry, floor in floors.items()
-                if re.fullmatch(re.escape(entry).replace(r"\*", "[^/]*")
-                                + (".*" if entry.endswith("/") else ""), relative)]
-    return max(matching)[1] if matching else None
-
-
 def test_imports_follow_the_floors_of_the_architecture_page():
     """Every module is on a floor of docs/architecture.md and imports (at module level or
     inside a function) only from its floor or below."""
-    floors = _floors()
-    graph = _graph()
-    unplaced = sorted(name for name in graph if _floor_of(name, floors) is None)
+    floors = source_tree.floor_entries()
+    graph = source_tree.import_graph()
+    unplaced = sorted(name for name in graph if source_tree.floor_of(name, floors) is None)
     assert not unplaced, f"modules on no floor of docs/architecture.md: {unplaced}"
-    upward = sorted(f"{name} (floor {_floor_of(name, floors)}) imports {target} "
-                    f"(floor {_floor_of(target, floors)})"
+    upward = sorted(f"{name} (floor {source_tree.floor_of(name, floors)}) imports {target} "
+                    f"(floor {source_tree.floor_of(target, floors)})"
                     for name, targets in graph.items() for target in targets
-                    if _floor_of(target, floors) > _floor_of(name, floors))
+                    if source_tree.floor_of(target, floors) > source_tree.floor_of(name, floors))
     assert not upward, upward
 
 
 def test_losses_and_models_never_import_the_training_package():
     offending = {name: sorted(t for t in targets if t.startswith("cmlm_tf.training"))
-                 for name, targets in _graph().items()
+                 for name, targets in source_tree.import_graph().items()
                  if name.startswith(("cmlm_tf.losses", "cmlm_tf.modeling"))}
     assert not {name: targets for name, targets in offending.items() if targets}
 
 
 def test_no_class_is_defined_inside_a_function():
     nested = []
-    for name, path in _modules().items():
+    for name, path in source_tree.package_modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 nested += [f"{name}.{node.name}: class {inner.name}"
@@ -123,7 +67,7 @@ def test_no_task_overrides_the_train_step():
     """Tasks shape the one train step through `ranked_part`, `forward_pass` and
     `assemble_outputs` (docs/architecture.md, "A new objective")."""
     overriding = []
-    for name, path in _modules().items():
+    for name, path in source_tree.package_modules().items():
         if not name.startswith("cmlm_tf.tasks.") or name == "cmlm_tf.tasks.base":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -139,39 +83,17 @@ _MUTATORS = {"add", "append", "clear", "discard", "extend", "insert", "pop", "po
              "remove", "setdefault", "update"}
 
 
-def _module_level_names(tree) -> set:
-    names = set()
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AnnAssign) else []
-        names.update(target.id for target in targets if isinstance(target, ast.Name))
-    return names
-
-
-def _package_aliases(tree, modules) -> set:
-    """Names a module binds to modules of the package (`from cmlm_tf.data import pipeline`,
-    `import cmlm_tf.commands.train as train`)."""
-    aliases = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cmlm_tf"):
-            aliases.update(alias.asname or alias.name for alias in node.names
-                           if f"{node.module}.{alias.name}" in modules)
-        elif isinstance(node, ast.Import):
-            aliases.update(alias.asname for alias in node.names
-                           if alias.asname and alias.name in modules)
-    return aliases
-
-
 def test_no_module_state_is_written_at_run_time():
     """Parameters travel as arguments: no `global` statement, no function that assigns into
     a module-level variable of its own module (`_STATE[0] = ...`) or changes one in place
     (`_SEEN.add(...)`), and no assignment to another package module's attributes
     (`pipeline.RESUME = ...`)."""
-    modules = _modules()
+    modules = source_tree.package_modules()
     found = []
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        own, others = _module_level_names(tree), _package_aliases(tree, modules)
+        own = source_tree.module_level_names(tree)
+        others = source_tree.package_aliases(tree, modules)
         for function in ast.walk(tree):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -229,7 +151,7 @@ def _test_file_of(relative: pathlib.PurePath) -> pathlib.Path:
 
 
 def test_each_module_has_a_test_file_of_its_name_or_an_entry_in_the_table():
-    modules = _modules()
+    modules = source_tree.package_modules()
     missing, stale = [], []
     for name, path in sorted(modules.items()):
         relative = path.relative_to(PACKAGE)
@@ -243,7 +165,7 @@ def test_each_module_has_a_test_file_of_its_name_or_an_entry_in_the_table():
             continue
         test = REPO_DIR / listed
         if _test_file_of(relative).is_file() or not test.is_file() or not (
-                name in _imports(test.stem, test, modules)
+                name in source_tree.import_targets(test.stem, test, modules)
                 or re.search(rf"\b{re.escape(name)}\b", test.read_text(encoding="utf-8"))):
             stale.append(f"cmlm_tf/{relative.as_posix()}: {listed}")
     assert not missing, f"modules with no test file of their name and no table entry: {missing}"
@@ -263,7 +185,7 @@ def test_each_test_folder_mirrors_a_subpackage():
 
 def _length_checked_files():
     """The package's modules and the scripts of `SCRIPT_FOLDERS`, as paths from the root."""
-    paths = [*_modules().values()]
+    paths = [*source_tree.package_modules().values()]
     for folder in SCRIPT_FOLDERS:
         paths += (REPO_DIR / folder).rglob("*.py")
     return sorted(path.relative_to(REPO_DIR) for path in paths)
@@ -285,18 +207,6 @@ def test_no_module_or_function_is_too_long():
                           f"function: {too_long}")
 
 
-def _is_python_code(text: str) -> bool:
-    """A string that parses as Python with an import or a function call in it (a script),
-    which YAML, TSV and sentences never do."""
-    if "\n" not in text.strip() and ";" not in text:
-        return False
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return False
-    return any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.walk(tree))
-
-
 def test_no_test_keeps_python_code_in_a_string():
     """A child process runs a module function by name (`python -m tests.driver.children
     NAME`), never code passed with `-c` or written to a file."""
@@ -313,6 +223,60 @@ def test_no_test_keeps_python_code_in_a_string():
         for node in ast.walk(tree):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str)
                     and id(node) not in docstrings
-                    and (node.value == "-c" or _is_python_code(node.value))):
+                    and (node.value == "-c" or source_tree.is_python_code(node.value))):
                 found.append(f"{path.relative_to(REPO_DIR)}:{node.lineno}")
     assert not found, f"Python code kept in a string: {found}"
+
+
+# The most modules the package root may hold, command shims included.
+ROOT_MODULES = 20
+
+
+def test_the_package_root_is_small_and_each_of_its_modules_is_on_the_page():
+    """The root keeps the package's face, the command shims and a few shared modules; each
+    is named in the root table of docs/architecture.md ("Rooms")."""
+    text = (REPO_DIR / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("| module at the root |"):text.index("## Floors")]
+    named = set(re.findall(r"`([\w.]+\.py)`", table))
+    root = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(root) <= ROOT_MODULES, f"{len(root)} modules at the package root: {root}"
+    assert not set(root) - named, f"root modules not in the page's table: {set(root) - named}"
+
+
+# What a command module offers to the rest of the repository: its command line.
+COMMAND_FACE = {"main", "build_parser", "console_main"}
+
+
+def _command_uses(tree):
+    """(line, `command.name`) for each name of a command module `tree` uses; `common`, the
+    commands' shared error path and parser, is not a command."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "cmlm_tf.commands":
+            bound.update({alias.asname or alias.name: alias.name for alias in node.names
+                          if alias.name != "common"})
+        elif (isinstance(node, ast.ImportFrom) and node.module
+              and node.module.startswith("cmlm_tf.commands.")
+              and node.module != "cmlm_tf.commands.common"):
+            yield from ((node.lineno, f"{node.module.split('.')[2]}.{alias.name}")
+                        for alias in node.names)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in bound):
+            yield node.lineno, f"{bound[node.value.id]}.{node.attr}"
+
+
+def test_only_command_lines_are_used_from_the_commands():
+    """A command module keeps its parser and `main`; what it runs is a library call. Outside
+    `commands/` and its tests, a command is used only as a command line (`main`,
+    `build_parser`, `console_main`): experiments, benchmarks and tests import the library."""
+    found = []
+    for folder in ("cmlm_tf", "experiments", "benchmarks", "tests", "export"):
+        for path in sorted((REPO_DIR / folder).rglob("*.py")):
+            relative = path.relative_to(REPO_DIR).as_posix()
+            if relative.startswith(("cmlm_tf/commands/", "tests/commands/")):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            found += [f"{relative}:{line} {name}" for line, name in _command_uses(tree)
+                      if name.rpartition(".")[2] not in COMMAND_FACE]
+    assert not found, f"commands used as a library: {found}"

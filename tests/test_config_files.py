@@ -16,10 +16,10 @@ def test_yaml_tags_are_not_resolved(tmp_path):
 
 
 def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypatch):
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     monkeypatch.chdir(tmp_path)
-    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
+    params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
     for path in (params.task.train_data.input_path, params.task.model.tokenizer.vocab_file):
         assert os.path.isabs(path) and os.path.exists(path), path
     assert params.trainer.optimizer_config.learning_rate.polynomial.decay_steps == \
@@ -29,11 +29,12 @@ def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypat
 
 
 def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
-    from cmlm_tf.commands import common, train
+    from cmlm_tf.commands import common
+    from cmlm_tf.driver import train_lib
 
     def error(override="", files=("cmlm_tiny",)):
         with pytest.raises(ValueError) as raised:
-            train.build_params("cmlm_tf/cmlm", list(files), override)
+            train_lib.build_params("cmlm_tf/cmlm", list(files), override)
         return str(raised.value)
 
     assert error("trainer.train_step=10") == \
@@ -52,7 +53,7 @@ def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
         f"{recipe}: unknown key trainer.optimizer_config.warmup.linear.warmup_step; did you "
         "mean trainer.optimizer_config.warmup.linear.warmup_steps?")
     # Through the command line's error path: one line, exit code 2.
-    assert common.run_main(lambda: train.build_params(
+    assert common.run_main(lambda: train_lib.build_params(
         "cmlm_tf/cmlm", ["cmlm_tiny"], "trainer.train_step=10")) == 2
     assert capsys.readouterr().err == ("error: --params_override: unknown key "
                                        "trainer.train_step; did you mean trainer.train_steps?\n")
@@ -61,25 +62,26 @@ def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
 def test_numbers_without_a_dot_in_overrides_are_numbers():
     """YAML 1.1 reads `1e-7` (no dot) as a string: float fields still get the number, and a
     word in a float field is still a one-line error naming the field."""
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
-    params = train.build_params(
+    params = train_lib.build_params(
         "cmlm_tf/bitext", params_override="task.model.encoder.layer_norm_epsilon=1e-7,"
         "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=5e-5")
     assert params.task.model.encoder.layer_norm_epsilon == 1e-7
     assert params.trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate \
         == 5e-5
     with pytest.raises(ValueError, match="layer_norm_epsilon must be a number"):
-        train.build_params("cmlm_tf/bitext",
-                           params_override="task.model.encoder.layer_norm_epsilon=tiny")
+        train_lib.build_params("cmlm_tf/bitext",
+                               params_override="task.model.encoder.layer_norm_epsilon=tiny")
 
 
 def test_a_value_given_to_a_block_of_settings_is_refused_naming_the_field(capsys):
     """`task.model.encoder=5` would replace the encoder's block with a number, and training
     would fail later, far from the flag."""
-    from cmlm_tf.commands import common, train
+    from cmlm_tf.commands import common
+    from cmlm_tf.driver import train_lib
 
-    assert common.run_main(lambda: train.build_params(
+    assert common.run_main(lambda: train_lib.build_params(
         "cmlm_tf/cmlm", ["cmlm_tiny"], "task.model.encoder=5")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
@@ -87,6 +89,6 @@ def test_a_value_given_to_a_block_of_settings_is_refused_naming_the_field(capsys
                           "settings, not a value (got 5)")
     assert "task.model.encoder.hidden_size" in err or "hidden_size" in err
     # Its fields can still be set, and a block given as a mapping still works.
-    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"],
-                                "task.model.encoder.num_layers=1")
+    params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"],
+                                    "task.model.encoder.num_layers=1")
     assert params.task.model.encoder.num_layers == 1

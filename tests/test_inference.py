@@ -423,7 +423,7 @@ def test_int8_without_onednn_is_refused_at_load(tmp_path):
     import json
     import os
 
-    from cmlm_tf import export_metadata
+    from cmlm_tf.export import export_metadata
     from tests.conftest import cli_env, run_child
 
     (tmp_path / export_metadata.METADATA_FILE).write_text(json.dumps({
@@ -446,7 +446,7 @@ def test_a_precision_the_export_lacks_is_refused_before_tensorflow_starts(tmp_pa
     import subprocess
     import sys
 
-    from cmlm_tf.export_metadata import FORMAT_VERSION, METADATA_FILE
+    from cmlm_tf.export.export_metadata import FORMAT_VERSION, METADATA_FILE
     from tests.conftest import imported_modules, subprocess_env
 
     (tmp_path / "serving" / "1").mkdir(parents=True)

@@ -57,11 +57,11 @@ def _lines(path: str):
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipe_validates_on_held_out_data(name, monkeypatch):
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     monkeypatch.chdir(REPO_DIR)
     experiment, stack = _header_command(name)
-    params = train.build_params(experiment, stack)
+    params = train_lib.build_params(experiment, stack)
     task = params.task
     training = [getattr(task, field).input_path for field in ("train_data", "bitext_data",
                                                               "nli_data")
@@ -85,22 +85,22 @@ def test_recipe_validates_on_held_out_data(name, monkeypatch):
 
 def test_tiny_recipes_have_held_out_validation(monkeypatch):
     """The tiny recipes validate on the bundled held-out splits (not on nothing)."""
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     monkeypatch.chdir(REPO_DIR)
     for name, field in (("cmlm_tiny", "input_path"), ("bitext_tiny", "input_path"),
                         ("moco_tiny", "input_path"), ("bgt_tiny", "input_path"),
                         ("mlm_tlm_tiny", "input_path"), ("mlm_tlm_tiny", "bitext_input_path")):
         experiment, stack = _header_command(f"{name}.yaml")
-        params = train.build_params(experiment, stack)
+        params = train_lib.build_params(experiment, stack)
         path = getattr(params.task.validation_data, field)
         assert path.endswith("_heldout.txt") or path.endswith("_heldout.tsv"), (name, path)
 
 
 def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     """`validation_data.bitext_input_path` replaces `task.bitext_data` for validation only."""
-    from cmlm_tf.commands import train
     from cmlm_tf.data import bitext, mlm_tlm
+    from cmlm_tf.driver import train_lib
 
     monkeypatch.chdir(REPO_DIR)
     read = []
@@ -108,7 +108,7 @@ def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     monkeypatch.setattr(bitext, "bitext_files",
                         lambda config, field: read.append(config.input_path) or
                         real(config, field))
-    params = train.build_params("cmlm_tf/mlm_tlm", ["mlm_tlm_tiny"])
+    params = train_lib.build_params("cmlm_tf/mlm_tlm", ["mlm_tlm_tiny"])
     task = params.task
     mlm_tlm.mlm_tlm_dataset(task.validation_data, task.bitext_data, task.model.tokenizer,
                             field="task.validation_data")
@@ -125,12 +125,12 @@ def test_minilm_recipe_fine_tunes_the_import_on_the_bundled_verses(tmp_path, mon
     and one evaluation, at the end, on the held-out verses (in-batch and among all pairs).
     The training path itself (import, warm start, bitext steps) is
     tests/model_import/test_hf_bert.py's fine-tune of an imported stand-in."""
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
     from cmlm_tf.model_import import hf_bert
 
     monkeypatch.chdir(REPO_DIR)
     warm_start = hf_bert.convert(str(minilm_hf_dir), str(tmp_path / "all-MiniLM-L6-v2"))
-    params = train.build_params("cmlm_tf/bitext", [warm_start, "minilm_bitext_verses"])
+    params = train_lib.build_params("cmlm_tf/bitext", [warm_start, "minilm_bitext_verses"])
     task, trainer = params.task, params.trainer
     assert task.init_checkpoint == str(tmp_path / "all-MiniLM-L6-v2" / "encoder")
     assert (task.model.encoder.hidden_size, task.model.encoder.num_layers,

@@ -39,7 +39,7 @@ fewer pieces. Use it with
 `task.model.tokenizer.type: sentencepiece`, `sp_model_file` the written model, the same
 `lower_case`, and `task.model.encoder.vocab_size` the printed piece count. A training run whose
 tokenizer is sentencepiece with an empty `sp_model_file` learns its own model this way before
-it starts (`cmlm_tf.commands.train.prepare_vocabulary`, on the text the task names, e.g.
+it starts (`cmlm_tf.driver.train_lib.prepare_vocabulary`, on the text the task names, e.g.
 BGT's pairs).
 """
 
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns 0, or 2 after printing `error: ...` to stderr."""
     args = build_parser().parse_args(argv)
-    from cmlm_tf import output_folders
+    from cmlm_tf.files import output_folders
     from cmlm_tf.vocab import sentencepiece, wordpiece
     from cmlm_tf.vocab.counts import VocabError
 

@@ -132,10 +132,10 @@ def is_user_error(error: BaseException) -> bool:
     file and checkpoint errors. KeyError, IndexError and everything else are internal: they
     keep their traceback.
     """
-    from cmlm_tf import disk
+    from cmlm_tf.files import disk
 
     if disk.is_disk_full(error):
-        return True  # write sites name their file (`cmlm_tf.disk.reporting_disk_full`)
+        return True  # write sites name their file (`cmlm_tf.files.disk.reporting_disk_full`)
     if isinstance(error, (KeyError, IndexError)):
         return False
     if isinstance(error, (ValueError, OSError, LookupError)):
@@ -190,7 +190,7 @@ class ConsoleFormatter(logging.Formatter):
 def console_logging() -> None:
     """Logs go to stderr through absl's handler, as plain lines (`ConsoleFormatter`): no
     `I1127 23:49:54.715357 140219995249536 file.py:137]` prefix, and no per-checkpoint
-    chatter of libraries. `log_file` keeps the full format."""
+    chatter of libraries. A run's log file (`run_dir.log_file`) keeps the full format."""
     from absl import flags
     from absl import logging as absl_logging
 
@@ -201,41 +201,6 @@ def console_logging() -> None:
     handler.setFormatter(ConsoleFormatter())
     if _not_chatter not in handler.filters:
         handler.addFilter(_not_chatter)
-
-
-class _QuietFileHandler(logging.FileHandler):
-    """A log file that stops, silently, when it cannot be written (a full disk): the run
-    it records goes on."""
-
-    def handleError(self, record):
-        self.setLevel(logging.CRITICAL + 1)
-
-
-class log_file:  # noqa: N801 (used as a context manager, like open)
-    """Inside the block, every log line also goes to `path` in absl's full format (time,
-    thread, file and line), chatter included: the record of a run beside its checkpoints."""
-
-    def __init__(self, path: Optional[str]):
-        self.path = path
-        self.handler = None
-
-    def __enter__(self):
-        from absl import logging as absl_logging
-
-        if self.path:
-            try:
-                self.handler = _QuietFileHandler(self.path, encoding="utf-8")
-            except OSError:  # no log file rather than no run (a full disk, say)
-                return self
-            self.handler.setFormatter(absl_logging.PythonFormatter())
-            logging.getLogger().addHandler(self.handler)
-        return self
-
-    def __exit__(self, *exc):
-        if self.handler is not None:
-            logging.getLogger().removeHandler(self.handler)
-            self.handler.close()
-        return False
 
 
 def add_pcr_arguments(parser: argparse.ArgumentParser, languages: bool = True) -> None:

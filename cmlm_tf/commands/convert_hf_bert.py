@@ -25,7 +25,7 @@ def build_parser():
                         help="folder with config.json, model.safetensors and the tokenizer "
                              "(vocab.txt, tokenizer.json or sentencepiece.bpe.model)")
     parser.add_argument("--output_dir", required=True,
-                        help="the import folder to write (cmlm_tf.import_folder)")
+                        help="the import folder to write (cmlm_tf.model_import.import_folder)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing import folder")
     return parser

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     languages = [name.strip() for name in args.languages.split(",") if name.strip()]
 
     def body():
-        from cmlm_tf import output_folders
+        from cmlm_tf.files import output_folders
 
         output_folders.check_apart(args.output, "output", {"input": args.input})
         counts = convert(args.input, args.output, args.by_language, languages or None)

@@ -22,9 +22,9 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from cmlm_tf import output_folders
 from cmlm_tf.commands import common
 from cmlm_tf.did_you_mean import closest
+from cmlm_tf.files import output_folders
 from cmlm_tf.scale import corpus_lines, embedding_files, folders
 
 _INSTALL = 'pip install -e ".[scale]"'

@@ -23,9 +23,9 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from cmlm_tf import output_folders
 from cmlm_tf.commands import common
 from cmlm_tf.evaluation import mining, readers
+from cmlm_tf.files import output_folders
 
 TASKS = ("sts", "retrieval", "mining", "bias", "classify", "pcr", "mteb")
 PCR_TASKS = ("retrieval", "mining", "bias")

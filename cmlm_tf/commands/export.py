@@ -9,7 +9,7 @@ r"""Command line of the exporter.
 `cmlm_tf.convert_hf_bert` or `cmlm_tf.import_model` (`warm_start.yaml`); `--hf_dir` (or
 `--import_dir`) imports a Hugging Face / sentence-transformers folder, a TF Hub BERT encoder or
 a BERT checkpoint on the fly. Arguments are checked before TensorFlow is imported, and so is
-`--export_dir`: `--overwrite` replaces only an export (`cmlm_tf.output_folders`), never a
+`--export_dir`: `--overwrite` replaces only an export (`cmlm_tf.files.output_folders`), never a
 source, and an export up to date with the checkpoint and the flags is kept as it is.
 """
 

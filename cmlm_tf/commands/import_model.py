@@ -43,7 +43,7 @@ def build_parser():
     parser.add_argument("--import_dir", required=True,
                         help="the model's folder (or a BERT checkpoint prefix)")
     parser.add_argument("--output_dir", required=True,
-                        help="the import folder to write (cmlm_tf.import_folder)")
+                        help="the import folder to write (cmlm_tf.model_import.import_folder)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing import folder")
     return parser

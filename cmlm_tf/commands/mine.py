@@ -31,10 +31,12 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from cmlm_tf import corpus_mining, output_folders, progress
+from cmlm_tf import progress
 from cmlm_tf.commands import common
-from cmlm_tf.corpus_mining import ANN_ABOVE, FLAT_ABOVE
 from cmlm_tf.evaluation import ann, mining, readers
+from cmlm_tf.files import output_folders
+from cmlm_tf.scale import corpus_mining
+from cmlm_tf.scale.corpus_mining import ANN_ABOVE, FLAT_ABOVE
 
 INDEXES = ("auto", "exact", "flat", "ann")
 ANN_BACKENDS = ("faiss", "scann")

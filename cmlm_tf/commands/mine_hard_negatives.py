@@ -26,9 +26,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cmlm_tf import disk, output_folders
 from cmlm_tf.commands import common
 from cmlm_tf.evaluation import knn, readers
+from cmlm_tf.files import disk, output_folders
 from cmlm_tf.vectors import unit_rows
 
 

@@ -1,1 +1,1 @@
-"""Files to batched dicts. Tokenisation goes through `cmlm_tf.tokenization`."""
+"""Files to batched dicts. Tokenisation goes through `cmlm_tf.text.tokenization`."""

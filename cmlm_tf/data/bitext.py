@@ -28,9 +28,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, packing, tokenization
+from cmlm_tf import configs
 from cmlm_tf.data import pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
+from cmlm_tf.text import packing, tokenization
 
 FILE_TYPES = ("tsv", "tfrecord")
 _EXTENSIONS = {".tsv": "tsv", ".txt": "tsv", ".tfrecord": "tfrecord",

@@ -10,7 +10,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf import configs, packing, tokenization
+from cmlm_tf import configs
+from cmlm_tf.text import packing, tokenization
 
 # The special tokens masking never chooses, by their `get_special_tokens_dict` keys.
 MASKING_SPECIAL_KEYS = ("start_of_sequence_id", "end_of_segment_id", "padding_id", "mask_id")

@@ -19,10 +19,11 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, packing, tokenization
+from cmlm_tf import configs
 from cmlm_tf.data import bitext, masking, pipeline
 from cmlm_tf.data.files import interleave_files, list_files
 from cmlm_tf.data.sentence_pairs import scan_corpus
+from cmlm_tf.text import packing, tokenization
 
 
 @dataclasses.dataclass

@@ -30,9 +30,10 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import configs, packing, tokenization
+from cmlm_tf import configs
 from cmlm_tf.data import pipeline, records
 from cmlm_tf.data.files import interleave_files, list_files
+from cmlm_tf.text import packing, tokenization
 
 # XNLI's machine-translated training files spell the third class `contradictory`.
 LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2, "contradictory": 2,

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
-from cmlm_tf import tokenization
+from cmlm_tf.text import tokenization
 
 ASCII_WHITESPACE = " \t\n\r\f\v"
 # Records read up front, from the start of the first files, to refuse a corpus that holds no

@@ -11,7 +11,7 @@ One home per protocol:
 - `pcr` — per-language principal component removal (CMLM paper §5);
 - `readers` — the file layouts of each task, with errors naming file and line;
 - `suite` — encode-then-score pipelines shared by `cmlm_tf.evaluate` and training-time
-  validation (`cmlm_tf.dev_metrics`); they take any `encode(texts) -> vectors` function;
+  validation (`cmlm_tf.evaluation.dev_metrics`); they take any `encode(texts) -> vectors` function;
 - `mteb_adapter` — a loaded export as an MTEB 2.x encoder, and `python -m cmlm_tf.evaluate
   mteb` (the optional extra `cmlm_tf[mteb]`).
 """

@@ -26,8 +26,8 @@ from typing import Optional
 
 from cmlm_tf.export import formats, snapshot, staging
 from cmlm_tf.export import source as source_lib
+from cmlm_tf.export.export_metadata import FORMAT_VERSION, METADATA_FILE
 from cmlm_tf.export.formats import tf_hub
-from cmlm_tf.export_metadata import FORMAT_VERSION, METADATA_FILE
 
 
 def saved_model_ops(saved_model_dir: str) -> set:
@@ -131,7 +131,7 @@ def _checked_seq_length(seq_length: Optional[int], source: source_lib.ExportSour
 def _build_tokenizer(model, classic_wordpiece: bool, export_dir: str, work: str):
     """(tokenizer, its implementation, vocab_size), checked against the encoder's vocabulary;
     a classic WordPiece tokenizer reads a neutral copy of the vocabulary under `work`."""
-    from cmlm_tf import tokenization
+    from cmlm_tf.text import tokenization
 
     tokenizer = tokenization.build_tokenizer(  # fails early on a bad path
         model.tokenizer, fast_wordpiece=not classic_wordpiece)

@@ -39,7 +39,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from cmlm_tf import host
+from cmlm_tf.runtime import host
 
 # A calibrated range spans at least this, so that an input that was always zero does not
 # divide by zero.

@@ -202,7 +202,7 @@ def _child_env() -> dict:
 
 def _last_line(stderr: str) -> str:
     """The child's last line of its own on stderr (TensorFlow's C++ log lines skipped)."""
-    from cmlm_tf import tf_logs
+    from cmlm_tf.runtime import tf_logs
 
     lines = [line.strip() for line in stderr.splitlines() if line.strip()
              and tf_logs.cpp_log_severity(line.encode()) is None]

@@ -32,7 +32,7 @@ from typing import Optional
 import numpy as np
 
 from cmlm_tf.export import onnx_model, xlmr_tokenizer_json
-from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
+from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 from cmlm_tf.model_import import bert_weights, hf_folder
 
 __all__ = ["FOLDER", "check_representable", "model_card", "tokenizer_json", "write_folder",

@@ -31,10 +31,10 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
-from cmlm_tf import packing, tokenization
 from cmlm_tf.export.forward_checks import PROBE_TEXTS as CALIBRATION_TEXTS
 from cmlm_tf.export.serving_forward import BUCKET_ROWS, InferenceForward
 from cmlm_tf.modeling.sentence_encoder import INPUT_KEYS
+from cmlm_tf.text import packing, tokenization
 from cmlm_tf.vectors import l2_normalize
 
 SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name="sentences")

@@ -49,10 +49,10 @@ from typing import Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from cmlm_tf import internals
+from cmlm_tf.export.export_metadata import PRECISIONS
 from cmlm_tf.export.int8_dense import FUSED_ACTIVATIONS, Int8Dense, graph_kernel
-from cmlm_tf.export_metadata import PRECISIONS
 from cmlm_tf.modeling import layers
+from cmlm_tf.runtime import internals
 
 # What `serving/1` prepares: its signatures run float32, `cmlm_tf.load` may run bfloat16 on
 # exports without `serving_bf16/1`.

@@ -7,8 +7,9 @@ import os
 import shutil
 from typing import Callable, Optional, Tuple
 
-from cmlm_tf import disk, run_checkpoints, run_dir
+from cmlm_tf.driver import run_checkpoints
 from cmlm_tf.export.source import ExportSource
+from cmlm_tf.files import disk, locks
 
 
 def checkpoint_files(prefix: str) -> list:
@@ -16,7 +17,7 @@ def checkpoint_files(prefix: str) -> list:
     remote (`gs://...`)."""
     import tensorflow as tf
 
-    if run_dir.is_local(prefix):
+    if locks.is_local(prefix):
         try:
             return run_checkpoints.checkpoint_files(os.path.abspath(prefix))
         except FileNotFoundError:

@@ -73,8 +73,8 @@ def _model_config_from(params: dict, path: str):
 
 def _training_run(model_dir: str, params_path: str, checkpoint: Optional[str]) -> ExportSource:
     """The source of a training run's folder (`params.yaml`)."""
-    from cmlm_tf import tokenization
     from cmlm_tf.modeling import sentence_encoder
+    from cmlm_tf.text import tokenization
 
     params = _read_yaml(params_path)
     model = _model_config_from(params, params_path)
@@ -94,7 +94,8 @@ def _training_run(model_dir: str, params_path: str, checkpoint: Optional[str]) -
 def _imported_folder(model_dir: str, warm_start: str, checkpoint: Optional[str]
                      ) -> ExportSource:
     """The source of a folder `convert_hf_bert` or `import_model` wrote (`warm_start.yaml`)."""
-    from cmlm_tf import config_files, import_folder
+    from cmlm_tf import config_files
+    from cmlm_tf.model_import import import_folder
     from cmlm_tf.modeling import sentence_encoder
 
     params = config_files.resolve_relative(_read_yaml(warm_start), model_dir)
@@ -115,7 +116,7 @@ def resolve_source(model_dir: Optional[str] = None, checkpoint: Optional[str] = 
                    hf_dir: Optional[str] = None, work_dir: Optional[str] = None
                    ) -> ExportSource:
     """Finds the config, checkpoint and default seq_length of what is to be exported."""
-    from cmlm_tf import import_folder
+    from cmlm_tf.model_import import import_folder
 
     if bool(model_dir) == bool(hf_dir):
         raise ValueError("pass exactly one of --model_dir and --hf_dir")

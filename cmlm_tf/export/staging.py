@@ -10,8 +10,8 @@ import os
 import shutil
 from typing import Optional
 
-from cmlm_tf import disk, output_folders, run_dir, staged_folder
-from cmlm_tf.export_metadata import METADATA_FILE
+from cmlm_tf.export.export_metadata import METADATA_FILE
+from cmlm_tf.files import disk, locks, output_folders, staged_folder
 
 # The export's scratch folder inside the staging folder (the checkpoint snapshot, the
 # vocabulary copy, a converted --hf_dir); removed before the swap.
@@ -47,7 +47,7 @@ def start(export_dir: str, overwrite: bool) -> str:
     parent = os.path.dirname(export_dir)
     with disk.reporting_disk_full(export_dir):
         os.makedirs(parent, exist_ok=True)
-    with run_dir.folder_lock(parent):
+    with locks.folder_lock(parent):
         staged_folder.restore_interrupted(export_dir)
     check_replaceable(export_dir, overwrite)
     with disk.reporting_disk_full(export_dir):
@@ -63,5 +63,5 @@ def publish(staging: str, export_dir: str, overwrite: bool) -> None:
 
 def remove_stale(export_dir: str) -> None:
     """Removes what the swap into OUT left aside (the old export, killed writers' folders)."""
-    with run_dir.folder_lock(os.path.dirname(export_dir)):
+    with locks.folder_lock(os.path.dirname(export_dir)):
         staged_folder.remove_stale(export_dir)

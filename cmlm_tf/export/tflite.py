@@ -32,8 +32,9 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from cmlm_tf import internals, packing, tf_logs, tokenization
 from cmlm_tf.export import serving as serving_lib
+from cmlm_tf.runtime import internals, tf_logs
+from cmlm_tf.text import packing, tokenization
 from cmlm_tf.vectors import l2_normalize
 
 QUANTIZATIONS = ("float32", "int8")

@@ -1,5 +1,5 @@
 """A Hugging Face BERT or XLM-RoBERTa folder converted into a cmlm_tf import folder
-(`cmlm_tf.import_folder`).
+(`cmlm_tf.model_import.import_folder`).
 
 Reads `config.json` (`model_type` bert or xlm-roberta), `model.safetensors`, the tokenizer
 and, when present, the sentence-transformers
@@ -32,13 +32,13 @@ pooling mode) is refused with one line naming the file and the field.
 
 import os
 
-from cmlm_tf import import_folder
-from cmlm_tf.model_import import bert_weights, hf_folder
+from cmlm_tf.model_import import bert_weights, hf_folder, import_folder
 
 
 def convert(hf_dir: str, output_dir: str, overwrite: bool = False) -> str:
-    """Converts `hf_dir` into the import folder `output_dir` (`cmlm_tf.import_folder`; an
-    existing one is replaced only with `overwrite`); returns the path of `warm_start.yaml`."""
+    """Converts `hf_dir` into the import folder `output_dir`
+    (`cmlm_tf.model_import.import_folder`; an existing one is replaced only with `overwrite`);
+    returns the path of `warm_start.yaml`."""
     output_dir = import_folder.check_output(output_dir, overwrite)  # before the slow part
     import tensorflow as tf  # noqa: F401  (imported late so --help stays fast)
 
@@ -52,7 +52,7 @@ def convert(hf_dir: str, output_dir: str, overwrite: bool = False) -> str:
     tensors = bert_weights.load_safetensors(weights_path)
     encoder_config = configs.EncoderConfig(**meta["encoder"])
     if meta["tokenizer_type"] == "xlmr_sentencepiece":
-        from cmlm_tf import tokenization
+        from cmlm_tf.text import tokenization
 
         sp_model = hf_folder.sentencepiece_model(meta["transformer_dir"])
         # Models that took XLM-R's vocabulary may have spare embedding rows after it.

@@ -16,7 +16,7 @@ import json
 import os
 from typing import Optional
 
-from cmlm_tf import import_folder
+from cmlm_tf.model_import import import_folder
 
 MODEL_TYPES = ("bert", "xlm-roberta")
 SP_MODEL_FILE = import_folder.SP_MODEL_FILE  # XLM-R's name, kept in the import folder too

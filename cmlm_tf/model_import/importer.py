@@ -1,5 +1,5 @@
 """Imports a BERT-family sentence encoder, whatever form it comes in, into an import folder
-(`cmlm_tf.import_folder`). The form is read from the files of the model's folder:
+(`cmlm_tf.model_import.import_folder`). The form is read from the files of the model's folder:
 
 - `config.json` or `modules.json`: a Hugging Face or sentence-transformers folder
   (`hf_bert.py`: BERT or XLM-RoBERTa, WordPiece or XLM-R's SentencePiece);
@@ -26,8 +26,7 @@ capitalised token (BERT's uncased vocabularies have none).
 import os
 from typing import Tuple
 
-from cmlm_tf import import_folder
-from cmlm_tf.model_import import checkpoints, hf_bert, hub
+from cmlm_tf.model_import import checkpoints, hf_bert, hub, import_folder
 
 # What `detect` tells apart -> how an export's README names it.
 FAMILIES = {"hugging_face": "Hugging Face", "tf_hub": "TF Hub encoder",
@@ -69,7 +68,7 @@ def _cmlm_tf_export(path: str):
     """The cmlm_tf export `path` is, or is a folder of (`serving/1`, `encoder`,
     `preprocessor`), or None. An export's sentence-transformers folder is a Hugging Face
     folder like any other: None."""
-    from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
+    from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
     from cmlm_tf.inference import METADATA_FILE
 
     folder = os.path.normpath(os.path.abspath(path))
@@ -85,8 +84,8 @@ def _cmlm_tf_export(path: str):
 
 def convert(path: str, output_dir: str, overwrite: bool = False) -> str:
     """Imports `path` (any family) into the import folder `output_dir`
-    (`cmlm_tf.import_folder`; an existing one is replaced only with `overwrite`); returns the
-    path of `warm_start.yaml`."""
+    (`cmlm_tf.model_import.import_folder`; an existing one is replaced only with `overwrite`);
+    returns the path of `warm_start.yaml`."""
     output_dir = import_folder.check_output(output_dir, overwrite)
     family, where = detect(path)
     if family == "hugging_face":

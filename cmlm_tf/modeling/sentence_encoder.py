@@ -115,7 +115,7 @@ def build_sentence_encoder(config: configs.EncoderConfig,
 def resolve_checkpoint(path: str) -> str:
     """Returns a checkpoint prefix for a prefix or a directory (its latest checkpoint,
     `run_checkpoints.latest_checkpoint`)."""
-    from cmlm_tf import run_checkpoints
+    from cmlm_tf.driver import run_checkpoints
 
     if not path:
         raise ValueError("task.init_checkpoint is empty")
@@ -149,7 +149,7 @@ def restore_encoder(encoder: tf_keras.Model, path: str,
         status.expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
-        from cmlm_tf import run_checkpoints
+        from cmlm_tf.driver import run_checkpoints
 
         problem = run_checkpoints.checkpoint_problem(prefix)
         if problem is not None:

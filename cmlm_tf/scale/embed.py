@@ -39,7 +39,6 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.utils import shared
 
-from cmlm_tf.batching import sorted_batches
 from cmlm_tf.inference import TOKENIZE_BATCHES
 from cmlm_tf.scale import (
     corpus_lines,
@@ -51,6 +50,7 @@ from cmlm_tf.scale import (
 )
 from cmlm_tf.scale import options as beam_options
 from cmlm_tf.scale.corpus_lines import EMBEDDED, LINES_READ, OVER_LONG
+from cmlm_tf.text.batching import sorted_batches
 
 COUNTER_NAMESPACE = "cmlm_tf"
 PROGRESS_FOLDER = "_progress"

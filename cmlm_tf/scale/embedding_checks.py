@@ -106,7 +106,7 @@ def manifest_fields(paths: Sequence[str], export_dir: str, dim: int) -> dict:
 def model_identity(export_dir: str, dim: int) -> dict:
     """What names the weights of an export: the exported checkpoint's SHA-256 and the
     `source` its `cmlm_tf_export.json` records, with the vectors' `dim`."""
-    from cmlm_tf import export_metadata
+    from cmlm_tf.export import export_metadata
 
     with folders.open_file(folders.join(export_dir, export_metadata.METADATA_FILE)) as f:
         source = json.loads(f.read().decode("utf-8")).get("source") or {}

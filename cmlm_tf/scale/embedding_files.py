@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cmlm_tf import output_folders
+from cmlm_tf.files import output_folders
 from cmlm_tf.scale import embedding_checks, folders
 
 MANIFEST = "_cmlm_tf_embeddings.json"
@@ -220,7 +220,7 @@ def write_manifest(folder: str, manifest: dict) -> str:
         with FileSystems.create(path) as f:
             f.write(text.encode("utf-8"))
         return path
-    from cmlm_tf import disk
+    from cmlm_tf.files import disk
 
     with disk.atomic_output(path) as temp, open(temp, "w", encoding="utf-8") as f:
         f.write(text)

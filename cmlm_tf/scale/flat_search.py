@@ -33,8 +33,8 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
-from cmlm_tf import host
 from cmlm_tf.evaluation import ann, knn
+from cmlm_tf.runtime import host
 
 # Keys per chunk of a row (queries per chunk of a column), and chunks kept per row / column.
 CHUNK = 8

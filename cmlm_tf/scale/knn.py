@@ -178,7 +178,7 @@ def _limit_threads(threads: int, spec: SearchSpec) -> None:
     """Caps the worker's threads (faiss's OpenMP, TensorFlow's pools for the flat product)
     so workers on one machine share its cores."""
     if spec.index == "flat":
-        from cmlm_tf import host
+        from cmlm_tf.runtime import host
 
         host.apply_thread_settings(threads, 1)
         return

@@ -26,7 +26,8 @@ from typing import Callable, List, Optional, Sequence, Set, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from cmlm_tf import disk, tf_logs
+from cmlm_tf.files import disk
+from cmlm_tf.runtime import tf_logs
 
 # How long an interrupted run waits for its stopped workers and its pipeline, and then for
 # Beam's other threads to end.

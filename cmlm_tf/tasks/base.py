@@ -10,8 +10,9 @@ import tf_keras
 from absl import logging
 from official.core import base_task
 
-from cmlm_tf import dev_metrics, tokenization
+from cmlm_tf.evaluation import dev_metrics
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.text import tokenization
 from cmlm_tf.training import steps
 
 
@@ -46,7 +47,7 @@ def with_run_sentencepiece(task_config, model_dir: Optional[str]):
     """`task_config` using the SentencePiece model its run learned, when it names none.
 
     With `task.model.tokenizer.type: sentencepiece`, an empty `sp_model_file` and a
-    `MODEL_DIR/sp.model` (written by the driver's `cmlm_tf.commands.train.prepare_vocabulary`),
+    `MODEL_DIR/sp.model` (written by the driver's `cmlm_tf.driver.train_lib.prepare_vocabulary`),
     returns a copy that names that file and sets `task.model.encoder.vocab_size` to its piece
     count; otherwise `task_config` itself. Reads only: nothing is trained or written.
     """

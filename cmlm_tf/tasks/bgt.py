@@ -11,7 +11,7 @@ with beta rising linearly from 0 to 1 over `task.bgt.kl_anneal_steps` training s
 `cmlm_tf.losses.gaussian_kl` the terms). Evaluation reports the full ELBO terms with beta = 1.
 
 Vocabulary: with `task.model.tokenizer.type: sentencepiece` and an empty `sp_model_file`, the
-driver (`cmlm_tf.commands.train.prepare_vocabulary`) learns a joint SentencePiece model of
+driver (`cmlm_tf.driver.train_lib.prepare_vocabulary`) learns a joint SentencePiece model of
 at most `task.sp_vocab_size` pieces on both sides of `task.train_data` before the run starts,
 writes it to `MODEL_DIR/sp.model` (reused when the run resumes) and records it, with
 `task.model.encoder.vocab_size`, in `MODEL_DIR/params.yaml`; export then finds it there.

@@ -36,7 +36,7 @@ import tensorflow as tf
 import tf_keras
 from tensorflow.compiler.tf2xla.python import xla
 
-from cmlm_tf import internals
+from cmlm_tf.runtime import internals
 from cmlm_tf.training import seeded_dropout
 
 

@@ -24,7 +24,7 @@ from typing import Dict, Iterator, Optional
 import tensorflow as tf
 import tf_keras
 
-from cmlm_tf import internals
+from cmlm_tf.runtime import internals
 
 
 @dataclasses.dataclass

@@ -3,7 +3,7 @@ pieces the TF Hub contract needs: `<pad>` 0, `<unk>` 1, `[CLS]` 2, `[SEP]` 3, `[
 
 No language smoothing; `vocab_size` is an upper bound (a corpus too small for it yields fewer
 pieces). A training run whose tokenizer is sentencepiece with an empty `sp_model_file` learns
-its model with `train_sentencepiece` (`cmlm_tf.commands.train.prepare_vocabulary`).
+its model with `train_sentencepiece` (`cmlm_tf.driver.train_lib.prepare_vocabulary`).
 """
 
 import itertools
@@ -68,7 +68,7 @@ def _write_sentencepiece_lines(f, batch: list[str], lower_case: bool) -> int:
         import tensorflow as tf
         import tensorflow_text as tf_text
 
-        from cmlm_tf import tokenization
+        from cmlm_tf.text import tokenization
 
         folded = tf_text.case_fold_utf8(tokenization.valid_utf8(tf.constant(lines))).numpy()
         lines = [s.decode("utf-8") for s in folded]

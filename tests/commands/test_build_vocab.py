@@ -40,7 +40,8 @@ def test_cli_sentencepiece_model_works_with_the_tokenizer(vocab_corpus, tmp_path
     import sentencepiece as spm
     import tensorflow as tf
 
-    from cmlm_tf import configs, tokenization
+    from cmlm_tf import configs
+    from cmlm_tf.text import tokenization
 
     out = tmp_path / "sp.model"
     rc = bv.main(["--type", "sentencepiece", "--input", vocab_corpus[0], "--input", vocab_corpus[1],

@@ -1,7 +1,7 @@
 """Tests of `python -m cmlm_tf.mine`'s own checks: flag combinations refused before anything
 is loaded, and texts that do not name the embedded files. (Mining end to end:
 tests/driver/test_mine_vectors.py; the search and the pairs file:
-tests/test_corpus_mining.py.)"""
+tests/scale/test_corpus_mining.py.)"""
 
 import sys
 import types

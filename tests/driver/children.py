@@ -94,8 +94,8 @@ def export_reporting_first_stage(*argv):
 
 def train_interrupted_in_evaluation(*argv):
     """The training command line on `argv`, with a Ctrl-C during its final evaluation."""
-    from cmlm_tf import chunked_trainer
     from cmlm_tf.commands import train
+    from cmlm_tf.driver import chunked_trainer
 
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt
@@ -242,7 +242,7 @@ def int8_load(export):
     """Prints whether oneDNN's int8 matmul runs, then `cmlm_tf.load(export, "int8")`'s
     error (or `loaded`)."""
     import cmlm_tf
-    from cmlm_tf import host
+    from cmlm_tf.runtime import host
 
     print(host.int8_matmul_runs())
     try:
@@ -401,7 +401,7 @@ def mine_flat(count):
     (XLA compiles it); the stage line goes to stdout."""
     import numpy as np
 
-    from cmlm_tf import corpus_mining
+    from cmlm_tf.scale import corpus_mining
 
     vectors = np.random.default_rng(0).standard_normal((int(count), 16)).astype(np.float32)
     settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="flat")

@@ -39,7 +39,7 @@ def test_help_exits_0_and_lists_the_flags(module, capsys):
     for flag in CLIS[module]:
         assert flag in text, flag
     if module == "cmlm_tf.commands.train":
-        from cmlm_tf import experiment_registry
+        from cmlm_tf.tasks import experiment_registry
 
         for name in experiment_registry.EXPERIMENTS:
             assert name in text
@@ -186,15 +186,15 @@ def test_typos_get_did_you_mean_before_tensorflow_starts():
 ])
 def test_zero_learning_rate_guard_ends_with_the_override_that_fixes_it(override, start_step,
                                                                         fix):
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
-    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], override)
+    params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], override)
     with pytest.raises(ValueError, match="learning rate is 0") as raised:
-        train.check_learning_rate(params, start_step)
+        train_lib.check_learning_rate(params, start_step)
     assert str(raised.value).endswith(f": --params_override={fix}"), raised.value
     # Pasting it (after the other overrides) lets the run train.
-    fixed = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], f"{override},{fix}")
-    train.check_learning_rate(fixed, start_step)
+    fixed = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], f"{override},{fix}")
+    train_lib.check_learning_rate(fixed, start_step)
 
 
 @pytest.mark.parametrize("argv,flag", [

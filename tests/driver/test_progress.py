@@ -54,7 +54,7 @@ def test_training_logs_are_plain_lines_with_the_full_format_in_the_run_folder(tm
     """A resumed run: no absl prefix on the console, no per-checkpoint chatter from
     libraries, one "restored" line, one steps/s figure; MODEL_DIR/train.log has every line
     in absl's full format."""
-    from cmlm_tf import run_dir
+    from cmlm_tf.driver import run_dir
 
     model_dir = tmp_path / "run"
 

@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from cmlm_tf import disk, run_checkpoints, run_dir
 from cmlm_tf.commands import train
+from cmlm_tf.driver import run_checkpoints, run_dir, train_lib
+from cmlm_tf.files import disk
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, fill_disk, write_bundled_pairs
 
 TRAIN = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
@@ -56,12 +57,12 @@ def _error_line(result):
 ])
 def test_a_run_that_would_train_nothing_is_refused(experiment, override, field):
     with pytest.raises(ValueError, match=f"^{field} must be at least") as caught:
-        train.build_params(experiment, params_override=override)
+        train_lib.build_params(experiment, params_override=override)
     assert "\n" not in str(caught.value)
 
 
 def test_the_smallest_masked_lm_sequence_is_accepted():
-    params = train.build_params("cmlm_tf/cmlm", params_override="task.train_data.seq_length=3")
+    params = train_lib.build_params("cmlm_tf/cmlm", params_override="task.train_data.seq_length=3")
     assert params.task.train_data.seq_length == 3
 
 
@@ -152,7 +153,7 @@ def test_full_disk_while_taking_the_lock_leaves_no_lock(tmp_path, monkeypatch):
 def test_full_disk_while_writing_params_keeps_the_previous_file(tmp_path, monkeypatch):
     from official.modeling.hyperparams import params_dict
 
-    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
+    params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
     path = run_dir.write_params(params, str(tmp_path))
     before = open(path).read()
 
@@ -213,7 +214,7 @@ def test_lock_on_a_full_tmpfs_leaves_no_empty_lock(small_disk):
 
 def test_params_on_a_full_tmpfs_keep_the_previous_file(small_disk):
     folder = small_disk("64k")
-    params = train.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
+    params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
     run_dir.write_params(params, str(folder))
     before = (folder / "params.yaml").read_text()
     fill_disk(folder)

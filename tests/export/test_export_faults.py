@@ -12,8 +12,8 @@ import tempfile
 
 import pytest
 
-from cmlm_tf import staged_folder
 from cmlm_tf.export import export_lib
+from cmlm_tf.files import staged_folder
 from tests.conftest import fill_disk, one_error_line, subprocess_env
 
 
@@ -84,8 +84,8 @@ def _run_miner(name, tmp_path, tiny_export, output):
 @pytest.mark.parametrize("name", ["mine", "mine_hard_negatives"])
 def test_miner_on_a_full_disk_leaves_no_partial_output(name, tmp_path, tiny_export,
                                                        monkeypatch, capsys):
-    from cmlm_tf import corpus_mining
     from cmlm_tf.commands import mine_hard_negatives
+    from cmlm_tf.scale import corpus_mining
 
     # The module that opens the output file (`mine` writes it in `corpus_mining`).
     module = {"mine": corpus_mining, "mine_hard_negatives": mine_hard_negatives}[name]

@@ -12,8 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from cmlm_tf import host
 from cmlm_tf.export import int8_dense, serving_forward
+from cmlm_tf.runtime import host
 from tests.conftest import TINY_EXPORT_SEQ_LENGTH, TINY_WORDS
 from tests.export.test_serving import run_child
 

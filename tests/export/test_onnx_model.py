@@ -12,11 +12,12 @@ import tensorflow as tf
 import tf_keras
 from onnx.reference import ReferenceEvaluator
 
-from cmlm_tf import configs, packing, tokenization
+from cmlm_tf import configs
 from cmlm_tf.commands import export as export_command
 from cmlm_tf.export import export_lib, onnx_model
 from cmlm_tf.model_import import bert_weights
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.text import packing, tokenization
 from tests.conftest import tiny_encoder_config
 
 SENTENCES = ["the man is playing the guitar .", "a woman is slicing an onion",

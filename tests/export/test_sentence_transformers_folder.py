@@ -14,7 +14,7 @@ import cmlm_tf
 from cmlm_tf import configs
 from cmlm_tf.export import export_lib
 from cmlm_tf.export import sentence_transformers_folder as st_folder
-from cmlm_tf.export_metadata import METADATA_FILE
+from cmlm_tf.export.export_metadata import METADATA_FILE
 from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import TESTS_DIR, tiny_encoder_config
 

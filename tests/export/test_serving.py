@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 
 import cmlm_tf
-from cmlm_tf import host
 from cmlm_tf.export import serving_forward
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.runtime import host
 from tests.conftest import COMPOSITIONS, REPO_DIR, cosines, tiny_encoder_config
 
 SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",

@@ -8,9 +8,9 @@ import tensorflow as tf
 import tf_keras
 from scipy.special import erf
 
-from cmlm_tf import internals
 from cmlm_tf.export import serving_forward
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.runtime import internals
 from tests.conftest import cosines, tiny_encoder_config
 
 

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cmlm_tf import configs, tokenization
+from cmlm_tf import configs
 from cmlm_tf.export import serving, serving_forward
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.text import tokenization
 from tests.conftest import tiny_encoder_config
 
 SEQ_LENGTH = 8

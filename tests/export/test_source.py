@@ -1,6 +1,6 @@
 """What an export reads (`cmlm_tf/export/source.py`): a missing folder or one that is
 neither a training run nor an imported folder is one error naming it. (Imported folders,
-relative and moved: tests/test_import_folder.py.)"""
+relative and moved: tests/model_import/test_import_folder.py.)"""
 
 import pytest
 

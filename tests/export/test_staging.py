@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from cmlm_tf import staged_folder
 from cmlm_tf.commands import export as export_cli
 from cmlm_tf.export import export_lib
+from cmlm_tf.files import staged_folder
 from tests.conftest import imported_modules, one_error_line, subprocess_env
 
 SAVED_MODELS = ("preprocessor", "encoder", "serving/1")

@@ -279,7 +279,7 @@ def test_xlmr_folder_without_its_sentencepiece_model_is_one_line(tmp_path, capsy
 
 
 def test_xlmr_tokenizer_refuses_a_model_without_xlmr_first_pieces(tiny_sp_model):
-    from cmlm_tf import tokenization
+    from cmlm_tf.text import tokenization
 
     with pytest.raises(ValueError, match=r"the first pieces are .* not XLM-R's"):
         tokenization.XlmrSentencepieceTokenizer(str(tiny_sp_model))

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from cmlm_tf import export_metadata
+from cmlm_tf.export import export_metadata
 from cmlm_tf.scale import embedding_checks
 from cmlm_tf.scale.embedding_checks import EmbeddingsMismatch
 

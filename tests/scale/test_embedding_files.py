@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cmlm_tf import output_folders
+from cmlm_tf.files import output_folders
 from cmlm_tf.scale import corpus_lines, embedding_files
 from cmlm_tf.scale.embedding_files import EmbeddingFilesError
 

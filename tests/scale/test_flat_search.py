@@ -155,7 +155,7 @@ def test_a_product_that_misses_neighbours_is_measured_and_replaced_by_the_exact_
 
 
 def test_mining_a_weak_models_vectors_with_flat_keeps_every_exact_pair(capsys):
-    from cmlm_tf import corpus_mining
+    from cmlm_tf.scale import corpus_mining
 
     src, tgt = _weak_model_vectors(1), _weak_model_vectors(2)
     settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="flat")

@@ -29,18 +29,18 @@ TINY_OVERRIDES = {
 @pytest.fixture(scope="module")
 def tiny_bgt_run(tmp_path_factory):
     """`cmlm_tf/bgt` trained through the driver for 80 steps on 300 bundled pairs."""
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     folder = tmp_path_factory.mktemp("bgt")
     pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
-    params = train.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")])
+    params = train_lib.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")])
     params = params.replace(**TINY_OVERRIDES)
     params.override({"task": {"train_data": {"input_path": str(pairs)},
                               "validation_data": {"input_path": str(pairs)}}})
     params.lock()
     model_dir = folder / "run"
     tf_keras.utils.set_random_seed(1)
-    model, _ = train.run(params, str(model_dir), mode="train")
+    model, _ = train_lib.run(params, str(model_dir), mode="train")
     return params, model_dir, model
 
 
@@ -103,23 +103,23 @@ def test_building_the_task_learns_and_writes_nothing(tmp_path):
 def test_a_resumed_run_reuses_its_sentencepiece_model(tmp_path, tiny_sp_model):
     import shutil
 
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(tiny_sp_model, run_dir / "sp.model")
-    params = train.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")],
-                                f"task.train_data.input_path={tmp_path / 'missing.tsv'}")
-    prepared = train.prepare_vocabulary(params, str(run_dir))  # no data read: nothing learned
+    params = train_lib.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")],
+                                    f"task.train_data.input_path={tmp_path / 'missing.tsv'}")
+    prepared = train_lib.prepare_vocabulary(params, str(run_dir))  # no data read: nothing learned
     tokenizer = prepared.task.model.tokenizer
     assert tokenizer.sp_model_file == str(run_dir / "sp.model")
     assert 8 <= prepared.task.model.encoder.vocab_size <= 200
     assert params.task.model.tokenizer.sp_model_file == ""  # the caller's params unchanged
-    assert train.prepare_vocabulary(prepared, str(run_dir)) is prepared
+    assert train_lib.prepare_vocabulary(prepared, str(run_dir)) is prepared
 
 
 def test_sentencepiece_errors_name_the_field(tmp_path):
-    from cmlm_tf import tokenization
+    from cmlm_tf.text import tokenization
 
     with pytest.raises(ValueError, match="sp_model_file is empty"):
         tokenization.build_tokenizer(configs.TokenizerConfig(type="sentencepiece"))

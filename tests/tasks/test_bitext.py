@@ -169,7 +169,7 @@ def test_two_replicas_equal_one_device_on_the_global_batch(two_replicas, hard_ne
 
 
 def test_malformed_counts_reach_tensorboard(tmp_path):
-    from cmlm_tf import runner
+    from cmlm_tf.driver import runner
 
     path = write_byte_lines(tmp_path / "pairs.tsv", [b"no tab", b"the dog\tel perro", b"\tempty"])
     reports = []
@@ -186,7 +186,7 @@ def test_malformed_counts_reach_tensorboard(tmp_path):
 
 
 def test_recipes_load():
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     pairs = {
         "cmlm_tf/bitext": [["configs/bitext_tiny.yaml"],
@@ -202,9 +202,9 @@ def test_recipes_load():
     }
     for experiment, recipes in pairs.items():
         for files in recipes:
-            params = train.build_params(experiment, [str(REPO_DIR / f) for f in files])
+            params = train_lib.build_params(experiment, [str(REPO_DIR / f) for f in files])
             assert params.task.model.encoder.hidden_size > 0, files
-    labse = train.build_params("cmlm_tf/bitext", [str(REPO_DIR / "configs/labse_base.yaml")])
+    labse = train_lib.build_params("cmlm_tf/bitext", [str(REPO_DIR / "configs/labse_base.yaml")])
     assert labse.task.model.encoder.pooling == "cls"
     assert (labse.task.margin_softmax.margin, labse.task.margin_softmax.scale) == (0.3, 100.0)
     assert labse.task.train_data.global_batch_size == 4096

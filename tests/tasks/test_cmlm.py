@@ -90,11 +90,11 @@ def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
 
 
 def test_mirrored_strategy_over_two_cpu_devices(tmp_path, two_replicas):
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
-    params = train.build_params("cmlm_tf/cmlm", [str(REPO_DIR / "configs/cmlm_tiny.yaml")],
-                                TINY_CMLM_OVERRIDES + ",trainer.train_steps=10")
-    train.run(params, str(tmp_path / "run"), "train", strategy=two_replicas)
+    params = train_lib.build_params("cmlm_tf/cmlm", [str(REPO_DIR / "configs/cmlm_tiny.yaml")],
+                                    TINY_CMLM_OVERRIDES + ",trainer.train_steps=10")
+    train_lib.run(params, str(tmp_path / "run"), "train", strategy=two_replicas)
     assert two_replicas.num_replicas_in_sync == 2
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
 

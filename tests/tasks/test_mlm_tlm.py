@@ -9,15 +9,15 @@ from tests.conftest import REPO_DIR
 
 
 def test_recipes_load():
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     recipe = str(REPO_DIR / "configs/labse_pretrain_base.yaml")
-    base = train.build_params("cmlm_tf/mlm_tlm", [recipe])
+    base = train_lib.build_params("cmlm_tf/mlm_tlm", [recipe])
     data = base.task.train_data
     assert (data.global_batch_size, data.seq_length, data.mask_ratio,
             data.max_predictions_per_seq) == (8192, 512, 0.2, 80)
     assert base.task.model.tokenizer.lower_case is False
-    tiny = train.build_params("cmlm_tf/mlm_tlm", [str(REPO_DIR / "configs/mlm_tlm_tiny.yaml")])
+    tiny = train_lib.build_params("cmlm_tf/mlm_tlm", [str(REPO_DIR / "configs/mlm_tlm_tiny.yaml")])
     assert tiny.task.bitext_data.input_path.endswith("bible_en_es.tsv")
 
 

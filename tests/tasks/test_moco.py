@@ -91,7 +91,7 @@ def test_initialize_copies_keys_after_the_warm_start(tmp_path):
 
 
 def test_config_errors_name_the_field_and_recipes_load():
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     with pytest.raises(ValueError, match=r"task.moco.queue_size \(3\) must be at least "
                                          r"task.train_data.global_batch_size \(4\)"):
@@ -104,13 +104,13 @@ def test_config_errors_name_the_field_and_recipes_load():
     for files in recipes:
         if not (REPO_DIR / files[0]).exists():
             continue  # converted weights exist only where the real-data recipe was prepared
-        params = train.build_params("cmlm_tf/moco", [str(REPO_DIR / f) for f in files])
+        params = train_lib.build_params("cmlm_tf/moco", [str(REPO_DIR / f) for f in files])
         assert params.task.moco.queue_size >= params.task.train_data.global_batch_size
-    paper = train.build_params("cmlm_tf/moco", [str(REPO_DIR / "configs/moco_bert_base.yaml")])
+    paper = train_lib.build_params("cmlm_tf/moco", [str(REPO_DIR / "configs/moco_bert_base.yaml")])
     assert (paper.task.moco.queue_size, paper.task.moco.temperature,
             paper.task.moco.momentum) == (409600, 0.04, 0.999)
     assert paper.trainer.optimizer_config.learning_rate.type == "cosine"
-    ablation = train.build_params("cmlm_tf/moco", [
+    ablation = train_lib.build_params("cmlm_tf/moco", [
         str(REPO_DIR / "configs/moco_bert_base.yaml"),
         str(REPO_DIR / "configs/moco_no_momentum.yaml")])
     assert ablation.task.moco.momentum == 0.0

@@ -61,14 +61,14 @@ def test_multitask_loss_is_moco_plus_alpha_nli(tmp_path):
 
 
 def test_recipes_load_and_config_errors_name_the_field():
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
-    moco = train.build_params("cmlm_tf/moco", [str(REPO_DIR / "configs/moco_bert_base.yaml"),
+    moco = train_lib.build_params("cmlm_tf/moco", [str(REPO_DIR / "configs/moco_bert_base.yaml"),
                                                str(REPO_DIR / "configs/moco_nli.yaml")])
     assert (moco.task.nli_weight, moco.task.nli_data.global_batch_size) == (0.1, 128)
     assert moco.task.nli_head.hidden_sizes == [256]
-    crossed = train.build_params("cmlm_tf/nli",
-                                 [str(REPO_DIR / "configs/nli_cross_lingual_base.yaml")])
+    crossed = train_lib.build_params("cmlm_tf/nli",
+                                     [str(REPO_DIR / "configs/nli_cross_lingual_base.yaml")])
     assert crossed.task.train_data.cross_lingual and not crossed.task.nli_head.hidden_sizes
     with pytest.raises(ValueError, match="task.nli_head.dropout_rate must be in"):
         pair_classifier.build_head(pair_classifier.NLIHeadConfig(dropout_rate=1.5))

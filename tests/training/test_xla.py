@@ -70,7 +70,8 @@ CASES = {
 def data_files(tmp_path_factory, tiny_sp_model):
     """Format values for `CASES`: bitext with one hard negative per pair, NLI triples, and
     the SentencePiece model BGT needs."""
-    from cmlm_tf import configs, tokenization
+    from cmlm_tf import configs
+    from cmlm_tf.text import tokenization
 
     folder = tmp_path_factory.mktemp("xla_data")
     words = TINY_WORDS[:20]
@@ -98,11 +99,11 @@ BFLOAT16_OVERRIDES = {"bgt": ",task.bgt.reconstruction=false"}
 
 
 def case_params(case, files, extra=""):
-    from cmlm_tf.commands import train
+    from cmlm_tf.driver import train_lib
 
     experiment, recipes, overrides = CASES[case]
-    return train.build_params(experiment, [str(REPO_DIR / "configs" / f) for f in recipes],
-                              SHRINK + "," + overrides.format(**files) + extra)
+    return train_lib.build_params(experiment, [str(REPO_DIR / "configs" / f) for f in recipes],
+                                  SHRINK + "," + overrides.format(**files) + extra)
 
 
 def build_task(case, files, extra=""):

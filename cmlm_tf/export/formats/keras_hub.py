@@ -4,8 +4,8 @@ that `keras_hub.models.Backbone.from_preset(path)` loads under Keras 3
 sentence-transformers folder, which it turns on."""
 
 from cmlm_tf.export import staging
+from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
-from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
 
 FOLDER = "keras_hub"
 

@@ -6,9 +6,9 @@ extra). It writes into the folder of `sentence_transformers.py`, which it turns 
 import os
 
 from cmlm_tf.export import staging
+from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 from cmlm_tf.export.formats import sentence_transformers
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
-from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 
 
 def require() -> None:

@@ -3,8 +3,8 @@ sentence-transformers folder that `SentenceTransformer(path)` loads without cmlm
 (`cmlm_tf.export.sentence_transformers_folder`)."""
 
 from cmlm_tf.export import staging
+from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
-from cmlm_tf.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 
 
 def check(model, flag: str) -> None:

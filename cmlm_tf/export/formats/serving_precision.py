@@ -4,9 +4,9 @@ only when its vectors stay close to float32's on the probe texts
 (`forward_checks.check_precision`). `bf16.py` and `int8.py` are its two formats."""
 
 from cmlm_tf.export import staging
+from cmlm_tf.export.export_metadata import SERVING_FOLDERS
 from cmlm_tf.export.formats import tf_hub
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
-from cmlm_tf.export_metadata import SERVING_FOLDERS
 
 
 def folder(precision: str) -> str:

@@ -50,7 +50,7 @@ class _no_compiled_metrics_warning:
 
 def _save_hub_models(context: WriteContext) -> None:
     """Writes `encoder/` and `preprocessor/` (the TF Hub pair)."""
-    from cmlm_tf import packing
+    from cmlm_tf.text import packing
 
     core = _build_core_encoder(context.encoder)
     preprocessor = packing.create_preprocessor(context.model.tokenizer, context.seq_length)

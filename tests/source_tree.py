@@ -1,0 +1,102 @@
+"""The repository read as source, for the rules of tests/test_architecture.py: the package's
+modules and their imports, the floor table of docs/architecture.md, and what a module binds at
+its top level."""
+
+import ast
+import pathlib
+import re
+
+from tests.conftest import REPO_DIR
+
+PACKAGE = REPO_DIR / "cmlm_tf"
+
+
+def package_modules():
+    """{dotted name: path} of every module of the package."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO_DIR).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def import_targets(name: str, path: pathlib.Path, modules) -> set:
+    """The package modules `name` imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                module = f"{package}.{module}" if module else package
+            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules
+                       else module for alias in node.names]
+        else:
+            continue
+        found.update(target for target in targets if target in modules and target != name)
+    return found
+
+
+def import_graph():
+    modules = package_modules()
+    return {name: import_targets(name, path, modules) for name, path in modules.items()}
+
+
+def floor_entries():
+    """{path in cmlm_tf/ as docs/architecture.md names it (`x.py`, `x/`, `convert_*.py`):
+    floor} from the page's floor table."""
+    text = (REPO_DIR / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return {entry: int(floor)
+            for floor, cells in re.findall(r"^\| (\d) \| ([^|]+) \|", text, re.MULTILINE)
+            for entry in re.findall(r"`([^`]+)`", cells)}
+
+
+def floor_of(name, floors):
+    """The floor of the longest entry that names the module (`export/__main__.py` before
+    `export/`)."""
+    relative = package_modules()[name].relative_to(PACKAGE).as_posix()
+    matching = [(len(entry), floor) for entry, floor in floors.items()
+                if re.fullmatch(re.escape(entry).replace(r"\*", "[^/]*")
+                                + (".*" if entry.endswith("/") else ""), relative)]
+    return max(matching)[1] if matching else None
+
+
+def module_level_names(tree) -> set:
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def package_aliases(tree, modules) -> set:
+    """Names a module binds to modules of the package (`from cmlm_tf.data import pipeline`,
+    `import cmlm_tf.commands.train as train`)."""
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cmlm_tf"):
+            aliases.update(alias.asname or alias.name for alias in node.names
+                           if f"{node.module}.{alias.name}" in modules)
+        elif isinstance(node, ast.Import):
+            aliases.update(alias.asname for alias in node.names
+                           if alias.asname and alias.name in modules)
+    return aliases
+
+
+def is_python_code(text: str) -> bool:
+    """A string that parses as Python with an import or a function call in it (a script),
+    which YAML, TSV and sentences never do."""
+    if "\n" not in text.strip() and ";" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.walk(tree))
