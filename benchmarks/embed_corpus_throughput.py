@@ -28,6 +28,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import tensorflow as tf  # noqa: E402
+import tensorflow_text  # noqa: F401  (the tokenizer ops of serving/1)
+
 import cmlm_tf  # noqa: E402
 from cmlm_tf.runtime import host  # noqa: E402
 from cmlm_tf.scale import embed, embedding_files  # noqa: E402
@@ -42,8 +45,6 @@ def main():
     parser.add_argument("--batch_size", type=int, default=64)
     args = parser.parse_args()
 
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (the tokenizer ops of serving/1)
 
     with open(args.input, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:args.lines]
@@ -87,7 +88,7 @@ def main():
                     reports.append((time.perf_counter(), int(match.group(1))))
 
             start = time.perf_counter()
-            embed.run(config, beam_args, report=keep, progress_every=0.5)
+            embed.run(config, beam_args=beam_args, report=keep, progress_every=0.5)
             end = time.perf_counter()
             seconds = end - start
             table = embedding_files.read_embeddings(output)

@@ -137,10 +137,10 @@ def main():
             best[name] = min(best[name], elapsed)
             print(f"  {name}: {len(texts) / elapsed:.1f} sentences/s", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print_table(systems, precisions, len(texts), best, warmup, spearman)
+    print_table(systems, precisions, len(texts), best, warmup=warmup, spearman=spearman)
 
 
-def print_table(systems, precisions, count, best, warmup, spearman):
+def print_table(systems, precisions, count, best, *, warmup, spearman):
     """Each system's best sentences/s, warm-up and STS-B dev Spearman (against cmlm_tf
     float32's), and the cmlm_tf / sentence-transformers ratios at equal precision."""
     reference = spearman.get("cmlm_tf float32")

@@ -16,6 +16,14 @@ import json
 import os
 import sys
 
+import numpy as np
+import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # noqa: F401  (the preprocessor's ops)
+
+import cmlm_tf
+from cmlm_tf.evaluation import readers, retrieval
+
 
 def heldout_sets(folder: str):
     """(name, english file, other file) for every held-out set in `folder`."""
@@ -35,17 +43,11 @@ class HubModel:
     """`encode` through `hub.KerasLayer(preprocessor)` and `hub.KerasLayer(encoder)`."""
 
     def __init__(self, export_dir: str, batch_size: int = 64):
-        import tensorflow_hub as hub
-        import tensorflow_text  # noqa: F401  (the preprocessor's ops)
-
         self.preprocessor = hub.KerasLayer(os.path.join(export_dir, "preprocessor"))
         self.encoder = hub.KerasLayer(os.path.join(export_dir, "encoder"))
         self.batch_size = batch_size
 
     def encode(self, texts):
-        import numpy as np
-        import tensorflow as tf
-
         vectors = [self.encoder(self.preprocessor(tf.constant(texts[i:i + self.batch_size])))
                    ["default"].numpy() for i in range(0, len(texts), self.batch_size)]
         return np.concatenate(vectors, axis=0)
@@ -61,8 +63,6 @@ def main(argv=None) -> int:
     parser.add_argument("--sets", help="comma-separated set names (default: all)")
     args = parser.parse_args(argv)
 
-    import cmlm_tf
-    from cmlm_tf.evaluation import readers, retrieval
 
     sets = heldout_sets(args.heldout)
     if args.sets:

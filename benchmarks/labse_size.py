@@ -77,7 +77,7 @@ def main():
     meta = {"encoder": fields, "tokenizer_type": "wordpiece", "lower_case": False,
             "max_seq_length": 128, "position_offset": 0}
     import_folder.write(encoder, meta, vocab, str(output / "converted"),
-                        {"source_dir": "labse_size (random weights)", "family": "random"},
+                        source={"source_dir": "labse_size (random weights)", "family": "random"},
                         overwrite=True)
     del encoder
     times["build and write the converted folder"] = time.perf_counter() - start

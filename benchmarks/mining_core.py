@@ -31,6 +31,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from typing import Optional
@@ -41,10 +42,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cmlm_tf.evaluation import ann, mining  # noqa: E402
 from cmlm_tf.runtime import host  # noqa: E402
+from cmlm_tf.scale import flat_search  # noqa: E402
 from cmlm_tf.vectors import unit_rows  # noqa: E402
 
 
-def _points(rng, n: int, dim: int, centres: Optional[np.ndarray], spread: float):
+def _points(rng, n: int, dim: int, centres: Optional[np.ndarray], *, spread: float):
     """n unit vectors: uniform, or around random `centres` at relative distance `spread`."""
     noise = rng.standard_normal((n, dim), dtype=np.float32)
     if centres is None:
@@ -53,15 +55,15 @@ def _points(rng, n: int, dim: int, centres: Optional[np.ndarray], spread: float)
     return unit_rows(centres[labels] + np.float32(spread / np.sqrt(dim)) * noise)
 
 
-def synthetic(n: int, dim: int, planted: float, noise: float, seed: int,
+def synthetic(n: int, dim: int, planted: float, noise: float, *, seed: int,
               clusters: int = 0, spread: float = 1.0):
     """Sources, targets and the planted (source, target) index pairs (`clusters` > 0: the
     vectors lie around that many random centres)."""
     rng = np.random.default_rng(seed)
     centres = unit_rows(rng.standard_normal((clusters, dim), dtype=np.float32)) \
         if clusters else None
-    src = _points(rng, n, dim, centres, spread)
-    tgt = _points(rng, n, dim, centres, spread)
+    src = _points(rng, n, dim, centres, spread=spread)
+    tgt = _points(rng, n, dim, centres, spread=spread)
     count = int(n * planted)
     sources = rng.choice(n, count, replace=False)
     targets = rng.choice(n, count, replace=False)
@@ -91,10 +93,9 @@ def brute_force_mine(src: np.ndarray, tgt: np.ndarray, k: int) -> mining.MinedPa
 def measure(args) -> dict:
     """One run in this process: build inputs, then time and trace the mining core."""
     clusters = args.clusters if args.data == "clustered" else 0
-    src, tgt, planted = synthetic(args.n, args.dim, args.planted, args.noise, args.seed,
-                                  clusters, args.spread)
+    src, tgt, planted = synthetic(args.n, args.dim, args.planted, args.noise, seed=args.seed,
+                                  clusters=clusters, spread=args.spread)
     if args.method == "flat":  # TensorFlow's start-up, once per process, is not the search's
-        from cmlm_tf.scale import flat_search
 
         flat_search.top_k(src[:100], tgt[:100], args.k)
     rss_inputs = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -176,8 +177,6 @@ def show(result: dict) -> None:
 
 def compare_indexes(args) -> None:
     """Exact and approximate mining at --n, in fresh processes, and the pairs they share."""
-    import tempfile
-
     backends = list(ann.BACKENDS) if args.backend == "both" else [args.backend]
     methods = [f"ann-{backend}" for backend in backends]
     if args.recall:

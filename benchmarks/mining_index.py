@@ -86,7 +86,7 @@ def main():
         for probes in args.probes:
             start = time.perf_counter()
 
-            def search(queries, keys, k, backend=backend, probes=probes):
+            def search(queries, keys, k, *, backend=backend, probes=probes):
                 index = ann.build_index(keys, backend)
                 return ann.top_k(queries, keys, k, index=index, probes=probes)
 

@@ -13,10 +13,14 @@ import argparse
 import collections
 import sys
 
+from official.core import exp_factory
+
+from cmlm_tf import config_files
+from cmlm_tf.data import mlm_tlm
+from cmlm_tf.tasks import experiment_registry
+
 
 def frequency_baseline(params, batches: int):
-    from cmlm_tf.data import mlm_tlm
-
     task = params.task
     dataset = mlm_tlm.mlm_tlm_dataset(task.train_data, task.bitext_data, task.model.tokenizer)
     counts = {"mlm": collections.Counter(), "tlm": collections.Counter()}
@@ -36,10 +40,6 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=150)
     args = parser.parse_args(argv)
 
-    from official.core import exp_factory
-
-    from cmlm_tf import config_files
-    from cmlm_tf.tasks import experiment_registry
 
     experiment_registry.register()
 

@@ -7,6 +7,8 @@ import os
 import shutil
 import tarfile
 
+from cmlm_tf.files import staged_folder
+
 
 def deb_data(package: bytes) -> tarfile.TarFile:
     """The data archive of a .deb (an `ar` archive holding `data.tar.*`)."""
@@ -27,8 +29,6 @@ def deb_data(package: bytes) -> tarfile.TarFile:
 def staged(output: str):
     """A folder beside `output` (`staged_folder`, as exports use), moved to `output` when
     the block ends without an error, removed otherwise."""
-    from cmlm_tf.files import staged_folder
-
     output = os.path.abspath(output)
     os.makedirs(os.path.dirname(output), exist_ok=True)
     folder = staged_folder.owned_tempdir(output)

@@ -34,7 +34,7 @@ MILESTONES = (("restored", re.compile(r"restored step \d+ from ")),
 PROGRESS = re.compile(r"progress: step \d+/")
 
 
-def run_until_first_step(command, env, extra_progress: bool):
+def run_until_first_step(command, env, *, extra_progress: bool):
     """Starts `command`; after its first step (and, with `extra_progress`, one more progress
     line) sends SIGINT. Returns ({milestone: seconds}, exit code)."""
     start = time.perf_counter()

@@ -375,7 +375,7 @@ def main() -> None:
         machine.close()
         kernels = kernel_counts(args, texts_file) if args.kernels else None
     peak = {library: max(peak[library], after.get(library, 0.0)) for library in peak}
-    report(args, texts, best, spearman, peak, useful_flops)
+    report(args, texts, best, spearman, peak=peak, useful_flops=useful_flops)
     if kernels is not None:
         print_kernel_counts(kernels, len(texts), args.batch_size)
 

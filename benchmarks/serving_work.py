@@ -51,7 +51,7 @@ def peak_of(system: str, peak: dict) -> float:
                default=float("nan")) * 1e9
 
 
-def report(args, texts: list, best: dict, spearman: dict, peak: dict, useful_flops: float):
+def report(args, texts: list, best: dict, spearman: dict, *, peak: dict, useful_flops: float):
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print("matmul peaks: " + ", ".join(f"{library} {gflops:.1f} G/s"
                                       for library, gflops in peak.items()))

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from cmlm_tf.runtime.host import describe_cpu
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS_DIR = os.path.join(REPO, "cmlm_tf", "data", "corpus")
 OBJECTIVES = {
@@ -73,7 +75,6 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default="")
     parser.add_argument("--keep", action="store_true", help="keep the generated corpora")
     args = parser.parse_args(argv)
-    from cmlm_tf.runtime.host import describe_cpu
 
     sizes = [int(n) for n in args.lines.split(",") if n]
     objectives = [o for o in args.objectives.split(",") if o]

@@ -46,7 +46,7 @@ def matmul_peak(dtype, size: int = 2048, repeats: int = 10) -> float:
     return 2 * size ** 3 / best
 
 
-def encoder_flops(hidden, layers, inner, rows, seq) -> float:
+def encoder_flops(hidden, layers, inner, rows, *, seq) -> float:
     """Forward matmul FLOPs of a BERT encoder on [rows, seq] tokens."""
     per_token = layers * (2 * (4 * hidden * hidden + 2 * hidden * inner) + 4 * seq * hidden)
     return rows * seq * per_token
@@ -80,8 +80,8 @@ def build_step(task_name, shape):
                   "masked_lm_positions": positions,
                   "masked_lm_ids": tf.random.uniform([batch, predictions], 5, vocab, tf.int32),
                   "masked_lm_weights": tf.ones([batch, predictions])}
-        flops = (encoder_flops(hidden, layers, inner, batch, seq)
-                 + encoder_flops(hidden, layers, inner, batch, seq + projections)
+        flops = (encoder_flops(hidden, layers, inner, batch, seq=seq)
+                 + encoder_flops(hidden, layers, inner, batch, seq=seq + projections)
                  + 2 * batch * hidden * hidden * projections
                  + 2 * batch * predictions * (hidden * hidden + hidden * vocab))
         opt_config = configs.lamb_optimizer(decay_steps=1000, warmup_steps=10)
@@ -91,7 +91,7 @@ def build_step(task_name, shape):
         task_config.train_data.seq_length = seq
         task = bitext.BitextTask(task_config)
         inputs = {"source": segment(), "target": segment()}
-        flops = 2 * encoder_flops(hidden, layers, inner, batch, seq)
+        flops = 2 * encoder_flops(hidden, layers, inner, batch, seq=seq)
         opt_config = configs.adamw_optimizer(3e-5, 10, 1000)
     model = task.build_model()
     factory = optimization.OptimizerFactory(opt_config)

@@ -87,7 +87,7 @@ def build_params(task_name: str, args, workdir: str):
         f"task.margin_softmax.mini_batch_size={args.minilm_chunk}")
 
 
-def one_run(task_name: str, xla: bool, args) -> dict:
+def one_run(task_name: str, *, xla: bool, args) -> dict:
     """Builds the task, its model and optimizer, and times its train step; one process."""
     import tensorflow as tf
     import tf_keras
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     if args.steps < 1:
         raise SystemExit("--steps must be at least 1")
     if args.one:
-        print(json.dumps(one_run(args.one[0], args.one[1] == "on", args)))
+        print(json.dumps(one_run(args.one[0], xla=args.one[1] == "on", args=args)))
         return 0
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = sorted(set(tasks) - set(TASKS))

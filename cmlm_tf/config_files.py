@@ -12,10 +12,15 @@ config), and learning-rate decays of 0 steps follow `trainer.train_steps`
 """
 
 import dataclasses
+import glob
 import os
+import typing
 from typing import List, Optional
 
+import tensorflow as tf
+import yaml
 from official.modeling import hyperparams
+from official.modeling.hyperparams import params_dict
 
 from cmlm_tf import configs, did_you_mean, packaged_recipes
 
@@ -25,8 +30,6 @@ def resolve_recipe(name_or_path: str) -> str:
     recipe by name (`cmlm_tiny`, `cmlm_tiny.yaml` or `configs/cmlm_tiny.yaml`), so recipes
     work from any directory once cmlm_tf is installed. A typo of a recipe's name gets
     "did you mean"."""
-    import tensorflow as tf
-
     if tf.io.gfile.exists(name_or_path):
         return name_or_path
     recipe = packaged_recipes.packaged_recipe(name_or_path)
@@ -37,9 +40,6 @@ def resolve_recipe(name_or_path: str) -> str:
 
 def read_yaml_mapping(path: str, what: str = "config file") -> dict:
     """A YAML file's top-level mapping, read with the safe loader (no Python tags)."""
-    import tensorflow as tf
-    import yaml
-
     try:
         with tf.io.gfile.GFile(path, "r") as f:
             data = yaml.safe_load(f.read())
@@ -61,10 +61,6 @@ def read_yaml_mapping(path: str, what: str = "config file") -> dict:
 def parse_override(text: str) -> dict:
     """`--params_override` as a dict: `a.b=1,c.d=x` pairs, a YAML/JSON mapping, or the path
     of a YAML file. Parsed with the safe YAML loader."""
-    import tensorflow as tf
-    import yaml
-    from official.modeling.hyperparams import params_dict
-
     try:
         text = params_dict.nested_csv_str_to_json_str(text)
     except ValueError:
@@ -227,8 +223,6 @@ def read_float_strings(config: hyperparams.Config) -> None:
     """Turns strings that spell a number in float fields into floats: YAML 1.1 (what recipes
     and `--params_override` are parsed with) reads `1e-12` or `5e-5`, without a dot, as a
     string."""
-    import typing
-
     for field in dataclasses.fields(config):
         value = getattr(config, field.name, None)
         if isinstance(value, hyperparams.Config):
@@ -255,8 +249,6 @@ def _check_types(params: hyperparams.Config, source: str) -> None:
 def check_types(config: hyperparams.Config, prefix: str = "") -> None:
     """Raises ValueError naming the first field whose value does not have its declared type
     (an int field given "abc", a list given a number, ...)."""
-    import typing
-
     for field in dataclasses.fields(config):
         value = getattr(config, field.name, None)
         name = prefix + field.name
@@ -291,8 +283,6 @@ def resolve_bundled_paths(config: hyperparams.Config) -> None:
     """Rewrites `cmlm_tf/...` paths (or comma-separated lists of them) that do not exist
     from the working directory into the installed package's files, so recipes that name
     bundled data run from anywhere."""
-    import os
-
     package_parent = _package_parent()
 
     def resolve(text: str) -> str:
@@ -316,8 +306,6 @@ def bundled_paths_as_given(config: hyperparams.Config) -> None:
     """The inverse of `resolve_bundled_paths`: paths into the installed package's files
     become `cmlm_tf/...` again, so a run's `params.yaml` names no local installation and
     the run folder can move to another machine (readers resolve them again)."""
-    import os
-
     installed = os.path.join(_package_parent(), BUNDLED_PREFIX)
 
     def as_given(text: str) -> str:
@@ -331,8 +319,6 @@ def bundled_paths_as_given(config: hyperparams.Config) -> None:
 
 
 def _package_parent() -> str:
-    import os
-
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -353,8 +339,6 @@ def _rewrite_strings(config: hyperparams.Config, rewrite) -> None:
 
 
 def _matches(pattern: str) -> bool:
-    import glob
-
     return bool(glob.glob(pattern))
 
 

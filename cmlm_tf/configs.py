@@ -12,6 +12,7 @@ recipes in `configs/` override their fields; `config_files` reads them.
 """
 
 import dataclasses
+import functools
 from typing import List, Optional
 
 from official.core import config_definitions as cfg
@@ -78,6 +79,20 @@ class TextDataConfig(cfg.DataConfig):
 
     seq_length: int = 128
     file_type: str = ""
+
+
+def training_data(config_class: type, **defaults) -> dataclasses.Field:
+    """A task config's field of training data (`train_data`, `bitext_data`, ...): a fresh
+    `config_class(is_training=True, **defaults)` for every task config. A task states its
+    reader's data config class and only the defaults in which it differs."""
+    return dataclasses.field(
+        default_factory=functools.partial(config_class, is_training=True, **defaults))
+
+
+def validation_data(config_class: type, **defaults) -> dataclasses.Field:
+    """`training_data`'s twin for `validation_data`: `is_training=False`."""
+    return dataclasses.field(
+        default_factory=functools.partial(config_class, is_training=False, **defaults))
 
 
 @dataclasses.dataclass

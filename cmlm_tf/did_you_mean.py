@@ -3,6 +3,7 @@ names, command-line flags, config keys, experiments and paths. Nothing here impo
 TensorFlow: a typo is reported in well under a second.
 """
 
+import difflib
 from typing import List, Sequence
 
 
@@ -13,8 +14,6 @@ def closest(word: str, candidates: Sequence[str]) -> List[str]:
     swapped, one letter added, dropped or changed), which catches typos in short names
     ("rnu" for "run", similarity 0.67), or when its similarity (difflib's ratio) is at least
     0.75 and within 0.05 of the best. A candidate equal to `word` is the only answer."""
-    import difflib
-
     if word in candidates:
         return [word]
     scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates),

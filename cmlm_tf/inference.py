@@ -19,7 +19,9 @@ import sys
 from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from cmlm_tf.evaluation.pcr import PCRComponents
 from cmlm_tf.export.export_metadata import (  # noqa: F401  (the others: read here by callers)
     FORMAT_VERSION,
     METADATA_FILE,
@@ -99,7 +101,7 @@ class SentenceEncoderModel:
         threads: the thread settings asked of `load` and whether they took effect.
     """
 
-    def __init__(self, export_dir: str, metadata: dict, serving, precision: str = "float32",
+    def __init__(self, export_dir: str, metadata: dict, serving, *, precision: str = "float32",
                  jit_compile: Optional[bool] = None,
                  threads: Optional[Dict[str, object]] = None):
         if precision not in PRECISIONS:
@@ -143,8 +145,6 @@ class SentenceEncoderModel:
                 with `python -m cmlm_tf.evaluate ... --pcr --save_pcr F` (or the `pcr`
                 task), or None to detach.
         """
-        from cmlm_tf.evaluation.pcr import PCRComponents
-
         if isinstance(components, (str, os.PathLike)):
             components = PCRComponents.load(os.fspath(components))
         if components is not None and not isinstance(components, PCRComponents):
@@ -168,9 +168,9 @@ class SentenceEncoderModel:
         components.component(language)
         return components
 
-    def encode(self, texts: TextInput, batch_size: int = 64, normalize: Optional[bool] = None,
+    def encode(self, texts: TextInput, *, batch_size: int = 64, normalize: Optional[bool] = None,
                show_progress: Optional[bool] = None, language: Optional[str] = None,
-               pcr=None, *, normalize_embeddings: Optional[bool] = None,
+               pcr=None, normalize_embeddings: Optional[bool] = None,
                show_progress_bar: Optional[bool] = None, convert_to_numpy: bool = True,
                convert_to_tensor: bool = False):
         """Embeds `texts`; returns float32 [n, dim] in input order (one string: [dim]).
@@ -211,8 +211,6 @@ class SentenceEncoderModel:
                 show_progress = sys.stderr.isatty() and len(strings) >= 8 * batch_size
             progress = None
             if show_progress:
-                from tqdm.auto import tqdm
-
                 progress = tqdm(total=len(strings), desc="encode", unit="sentence")
             for index, pooled in self._batches(strings, batch_size):
                 output[index] = pooled
@@ -301,7 +299,7 @@ class SentenceEncoderModel:
                 f"seq_length={self.seq_length}, precision={self.precision!r})")
 
 
-def _either(name: str, value, alias: str, alias_value, default):
+def _either(name: str, value, alias: str, alias_value, *, default):
     if value is not None and alias_value is not None and value != alias_value:
         raise ValueError(f"{name}={value!r} and {alias}={alias_value!r} disagree; pass one")
     if value is not None:
@@ -315,7 +313,7 @@ def _is_text_input(x) -> bool:
     return isinstance(x, (list, tuple)) and bool(x) and isinstance(x[0], (str, bytes))
 
 
-def load(export_dir: str, precision: str = "float32", intra_op_threads: Optional[int] = None,
+def load(export_dir: str, *, precision: str = "float32", intra_op_threads: Optional[int] = None,
          inter_op_threads: Optional[int] = None,
          jit_compile: Optional[bool] = None) -> SentenceEncoderModel:
     """Loads a folder written by `python -m cmlm_tf.export`.

@@ -3,6 +3,7 @@ install), by the names `--config_file` takes, checked before TensorFlow starts: 
 recipe name gets the closest known names (`did_you_mean`).
 """
 
+import importlib.resources
 import os
 from typing import List, Optional
 
@@ -11,8 +12,6 @@ from cmlm_tf.did_you_mean import closest
 
 def recipe_dir() -> Optional[str]:
     """The folder of the recipes that ship with cmlm_tf (`configs/` of a checkout)."""
-    import importlib.resources
-
     try:
         folder = importlib.resources.files("cmlm_tf.recipes")
         if folder.is_dir():

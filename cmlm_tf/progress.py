@@ -5,6 +5,8 @@ takes seconds on busy cores.
 """
 
 import sys
+import threading
+import time
 from typing import Callable, Optional
 
 
@@ -27,12 +29,9 @@ class Stages:
     tests; by default `time.perf_counter` and a daemon `threading.Timer`.
     """
 
-    def __init__(self, command: str, after: float = 10.0, every: float = 20.0,
+    def __init__(self, command: str, *, after: float = 10.0, every: float = 20.0,
                  min_age: float = 1.0, clock: Optional[Callable[[], float]] = None,
                  start_timer: Optional[Callable[[float, Callable[[], None]], object]] = None):
-        import threading
-        import time
-
         self.command = command
         self.after = after
         self.every = every
@@ -85,8 +84,6 @@ class Stages:
 
 def _daemon_timer(delay: float, callback: Callable[[], None]):
     """`callback` after `delay` seconds on a daemon thread (never holds up the exit)."""
-    import threading
-
     timer = threading.Timer(delay, callback)
     timer.daemon = True
     timer.start()

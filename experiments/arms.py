@@ -12,6 +12,8 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Tuple
 
+import yaml
+
 from cmlm_tf.runtime import host
 from experiments import processes
 from experiments.claim_types import Arm, Claim, Stage
@@ -28,7 +30,7 @@ def arm_values(seed: int, ctx: Context) -> dict:
             "minilm": os.path.join(ctx.data, "all-MiniLM-L6-v2")}
 
 
-def schedule(steps: int, warmup_fraction: Optional[float], curve: bool = False
+def schedule(steps: int, warmup_fraction: Optional[float], *, curve: bool = False
              ) -> Dict[str, object]:
     """Trainer fields for a run of `steps`: about 20 summary loops and 4 checkpoints (with
     `curve`, one checkpoint per loop, so a stopped run loses little); with a
@@ -60,8 +62,6 @@ def _nested(fields: Dict[str, object]) -> dict:
 
 def write_overrides(path: str, fields: Dict[str, object]) -> str:
     """Writes dotted override fields as the nested YAML a `--config_file` reads."""
-    import yaml
-
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(_nested(fields), f, sort_keys=True)
@@ -107,14 +107,14 @@ def stage_steps(stage: Stage, ctx: Context) -> int:
 
 
 def stage_config(stage: Stage, seed: int, previous: Optional[str], values: dict,
-                 ctx: Context, init_dir: Optional[str] = None, curve: bool = False
+                 *, ctx: Context, init_dir: Optional[str] = None, curve: bool = False
                  ) -> Tuple[List[str], Dict[str, object]]:
     """The stage's config files and override fields: its recipe's overrides with the
     placeholders filled, the seed's data order, the schedule, and where it starts from
     (`init_dir`: the seed's random encoder, for `init` "random")."""
     fields = {key: _fill(value, values) for key, value in stage.overrides.items()}
     fields["task.train_data.seed"] = seed
-    fields.update(schedule(stage_steps(stage, ctx), stage.warmup_fraction, curve))
+    fields.update(schedule(stage_steps(stage, ctx), stage.warmup_fraction, curve=curve))
     if stage.init == "random":
         fields["task.init_checkpoint"] = os.path.join(init_dir, "encoder")
     elif stage.init == "previous":
@@ -127,7 +127,7 @@ def stage_config(stage: Stage, seed: int, previous: Optional[str], values: dict,
 
 
 def run_stage(stage: Stage, seed: int, previous: Optional[str], values: dict,
-              ctx: Context, owner: str, curve: bool = False, until: Optional[int] = None
+              *, ctx: Context, owner: str, curve: bool = False, until: Optional[int] = None
               ) -> dict:
     """Trains one stage (or finds it trained); returns its record, `reused` when another arm
     (not `owner`) trained it. `curve`: the checkpoint schedule of a learning curve; `until`:
@@ -136,7 +136,8 @@ def run_stage(stage: Stage, seed: int, previous: Optional[str], values: dict,
     it."""
     steps = stage_steps(stage, ctx)
     init_dir = ensure_init(seed, ctx, owner) if stage.init == "random" else None
-    config_files, fields = stage_config(stage, seed, previous, values, ctx, init_dir, curve)
+    config_files, fields = stage_config(stage, seed, previous, values, ctx=ctx, init_dir=init_dir,
+                                        curve=curve)
     identity = json.dumps([stage.experiment, config_files, fields, stage.cpu_replicas, seed],
                           sort_keys=True)
     key = hashlib.sha1(identity.encode("utf-8")).hexdigest()[:12]
@@ -184,7 +185,7 @@ def run_arm(claim: Claim, arm: Arm, seed: int, ctx: Context) -> str:
     owner = owner_of(claim, arm, seed, ctx)
     stages, previous = [], None
     for stage in arm.stages:
-        record = run_stage(stage, seed, previous, values, ctx, owner)
+        record = run_stage(stage, seed, previous, values, ctx=ctx, owner=owner)
         stages.append(record)
         previous = record["model_dir"]
     cpu: Dict[str, float] = {}
@@ -217,13 +218,13 @@ def run_arm(claim: Claim, arm: Arm, seed: int, ctx: Context) -> str:
                               f"--spec={spec_path}", f"--output={metrics_path}")
     cpu["evaluate"], wall["evaluate"] = processes.run_counted(
         evaluate, os.path.join(arm_dir, "evaluate.log"))
-    return write_result(path, claim, arm, seed, ctx, stages, cpu, wall,
-                        read_json(metrics_path), export_command=shlex.join(export),
+    return write_result(path, claim, arm, seed, ctx=ctx, stages=stages, cpu=cpu, wall=wall,
+                        evaluated=read_json(metrics_path), export_command=shlex.join(export),
                         evaluate_command=shlex.join(evaluate))
 
 
 def write_result(path: str, claim: Claim, arm: Arm, seed: int,
-                 ctx: Context, stages: List[dict], cpu: Dict[str, float],
+                 *, ctx: Context, stages: List[dict], cpu: Dict[str, float],
                  wall: Dict[str, float], evaluated: dict, **extra) -> str:
     """Writes the arm's result file: the evaluation's metrics, the stages, the CPU and wall
     time of every piece (the stages this arm trained, and the seed's init if it wrote it)

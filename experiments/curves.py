@@ -32,14 +32,14 @@ def curve_steps(claim: Claim, arm: Arm, ctx: Context) -> List[int]:
     return sorted({max(1, int(round(steps * fraction))) for fraction in claim.eval_points})
 
 
-def _train_to(claim, arm, seed: int, until: int, ctx: Context) -> List[dict]:
+def _train_to(claim, arm, seed: int, until: int, *, ctx: Context) -> List[dict]:
     """Trains the arm's earlier stages in full and its last stage up to step `until`."""
     values = arm_values(seed, ctx)
     owner = owner_of(claim, arm, seed, ctx)
     stages, previous = [], None
     for index, stage in enumerate(arm.stages):
         last = index == len(arm.stages) - 1
-        record = run_stage(stage, seed, previous, values, ctx, owner, curve=last,
+        record = run_stage(stage, seed, previous, values, ctx=ctx, owner=owner, curve=last,
                            until=until if last else None)
         stages.append(record)
         previous = record["model_dir"]
@@ -47,7 +47,7 @@ def _train_to(claim, arm, seed: int, until: int, ctx: Context) -> List[dict]:
 
 
 def run_curve_point(claim: Claim, arm: Arm, seed: int, step: int,
-                    ctx: Context) -> Optional[str]:
+                    *, ctx: Context) -> Optional[str]:
     """Trains the arm to `step` (resuming its run), exports that checkpoint and evaluates it
     into `<arm>/seed<k>/points/step<N>.json`; an evaluated point is not evaluated again."""
     arm_dir = result_path(claim, arm, seed, ctx)[:-len(".json")]
@@ -55,7 +55,7 @@ def run_curve_point(claim: Claim, arm: Arm, seed: int, step: int,
     if os.path.exists(path) or os.path.exists(arm_dir + ".json"):
         return path
     print(f"{claim.name}/{arm.name}/seed{seed}: step {step}", flush=True)
-    stages = _train_to(claim, arm, seed, step, ctx)
+    stages = _train_to(claim, arm, seed, step, ctx=ctx)
     model_dir = stages[-1]["model_dir"]
     checkpoint = os.path.join(model_dir, f"ckpt-{step}")
     if not os.path.exists(checkpoint + ".index"):
@@ -105,7 +105,7 @@ def finish_curve(claim: Claim, arm: Arm, seed: int,
     steps = curve_steps(claim, arm, ctx)
     points = [read_json(os.path.join(arm_dir, "points", f"step{step}.json"))
               for step in steps]
-    stages = _train_to(claim, arm, seed, steps[-1], ctx)  # finished: read, not trained
+    stages = _train_to(claim, arm, seed, steps[-1], ctx=ctx)  # finished: read, not trained
     last = os.path.join(arm_dir, "points", f"step{steps[-1]}")
     evaluated = read_json(last + ".evaluate.json")
     cpu = {"export_and_evaluate": sum(p["cpu_seconds"]["export_and_evaluate"]
@@ -114,7 +114,8 @@ def finish_curve(claim: Claim, arm: Arm, seed: int,
                                        for p in points)}
     curve = [{key: p[key] for key in ("step", "steps", "fraction", "train_cpu_seconds",
                                       "metrics")} for p in points]
-    return write_result(path, claim, arm, seed, ctx, stages, cpu, wall, evaluated,
+    return write_result(path, claim, arm, seed, ctx=ctx, stages=stages, cpu=cpu, wall=wall,
+                        evaluated=evaluated,
                         curve=curve, evaluate_command=points[-1]["evaluate_command"])
 
 
@@ -129,6 +130,6 @@ def run_curves(claim: Claim, arms, seed: int, ctx: Context) -> None:
     for fraction in claim.eval_points:
         for arm in trained:
             steps = stage_steps(arm.stages[-1], ctx)
-            run_curve_point(claim, arm, seed, max(1, int(round(steps * fraction))), ctx)
+            run_curve_point(claim, arm, seed, max(1, int(round(steps * fraction))), ctx=ctx)
     for arm in trained:
         finish_curve(claim, arm, seed, ctx)

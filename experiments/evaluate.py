@@ -21,6 +21,12 @@ import sys
 from typing import Dict, List, Sequence
 
 import numpy as np
+import tensorflow as tf
+
+import cmlm_tf
+from cmlm_tf.evaluation import readers, retrieval, sts
+from cmlm_tf.evaluation.pcr import PCRComponents
+from cmlm_tf.export import export_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,10 +59,7 @@ def _flatten(prefix: str, rows: Dict[str, Dict[str, float]]) -> Dict[str, float]
             for key, value in row.items()}
 
 
-def evaluate_retrieval(encode, folder: str, sets: Sequence[str], pcr: bool) -> Dict[str, float]:
-    from cmlm_tf.evaluation import readers, retrieval
-    from cmlm_tf.evaluation.pcr import PCRComponents
-
+def evaluate_retrieval(encode, folder: str, sets: Sequence[str], *, pcr: bool) -> Dict[str, float]:
     raw, removed = {}, {}
     for name, english_path, other_path in _heldout_sets(folder):
         if sets and name not in sets:
@@ -78,8 +81,6 @@ def evaluate_retrieval(encode, folder: str, sets: Sequence[str], pcr: bool) -> D
 
 
 def evaluate_udhr(encode, folder: str, langs: Sequence[str]) -> Dict[str, float]:
-    from cmlm_tf.evaluation import readers, retrieval
-
     texts = readers.read_multiway(folder, ["eng", *langs])
     english = np.asarray(encode(texts["eng"]))
     rows = {lang: _both(retrieval.retrieval_accuracy(english, np.asarray(encode(texts[lang]))))
@@ -88,25 +89,19 @@ def evaluate_udhr(encode, folder: str, langs: Sequence[str]) -> Dict[str, float]
 
 
 def _read_stsb(shared: str):
-    from cmlm_tf.evaluation import readers
-
     return readers.read_sts(os.path.join(shared, "stsb", "sts-dev.csv"), "stsb")
 
 
 def _without_first_component(first: np.ndarray, second: np.ndarray):
     """PCR for one language: the first principal component (not centred) of both sides'
     vectors together, removed from each."""
-    from cmlm_tf.evaluation.pcr import PCRComponents
-
     components = PCRComponents.fit({"en": np.concatenate([first, second])})
     return components.apply(first, "en"), components.apply(second, "en")
 
 
-def evaluate_stsb(encode, shared: str, pcr: bool = False) -> Dict[str, float]:
+def evaluate_stsb(encode, shared: str, *, pcr: bool = False) -> Dict[str, float]:
     """Spearman and Pearson of the cosines with the gold scores; with `pcr` also
     `stsb_pcr/...`, the same after PCR fitted on the dev sentences."""
-    from cmlm_tf.evaluation import sts
-
     first, second, gold = _read_stsb(shared)
     first, second = np.asarray(encode(first)), np.asarray(encode(second))
     variants = {"stsb": (first, second)}
@@ -121,13 +116,11 @@ def evaluate_stsb(encode, shared: str, pcr: bool = False) -> Dict[str, float]:
     return metrics
 
 
-def evaluate_stsb_nn(encode, shared: str, min_score: float, pcr: bool = False
+def evaluate_stsb_nn(encode, shared: str, min_score: float, *, pcr: bool = False
                      ) -> Dict[str, float]:
     """Top-1 retrieval between the two sides of the STS-B dev pairs scored ≥ `min_score`:
     is a sentence's nearest neighbour among the other sides its near-paraphrase? With `pcr`
     also `stsb_nn_pcr/...`, after PCR fitted on those sentences."""
-    from cmlm_tf.evaluation import retrieval
-
     first, second, gold = _read_stsb(shared)
     keep = np.asarray(gold) >= min_score
     first = np.asarray(encode([text for text, kept in zip(first, keep) if kept]))
@@ -152,8 +145,6 @@ def spread(vectors: np.ndarray) -> Dict[str, float]:
 
 
 def evaluate_spread(encode, source: str, data: str, shared: str) -> Dict[str, float]:
-    from cmlm_tf.evaluation import readers
-
     if source == "bible":
         (_, english_path, other_path), = _heldout_sets(
             os.path.join(data, "bible_split", "heldout"))
@@ -170,8 +161,6 @@ def evaluate_spread(encode, source: str, data: str, shared: str) -> Dict[str, fl
 def training_curves(train_dir: str, kind: str = "train") -> Dict[str, List[List[float]]]:
     """Every scalar of the run's TensorBoard summaries of `kind` (train or validation):
     tag -> [[step, value], ...]."""
-    import tensorflow as tf
-
     curves: Dict[str, Dict[int, float]] = {}
     for path in sorted(glob.glob(os.path.join(train_dir, kind, "events.out.tfevents.*"))):
         for record in tf.data.TFRecordDataset(path):
@@ -185,8 +174,6 @@ def training_curves(train_dir: str, kind: str = "train") -> Dict[str, List[List[
 
 
 def run(model_dir: str, spec: dict) -> dict:
-    import cmlm_tf
-
     model = cmlm_tf.load(model_dir)
     encode = model.encode
     data, shared = spec["data"], spec["shared"]
@@ -196,15 +183,15 @@ def run(model_dir: str, spec: dict) -> dict:
         if kind == "retrieval":
             metrics.update(evaluate_retrieval(
                 encode, os.path.join(data, evaluation["split"], "heldout"),
-                evaluation["sets"], evaluation["pcr"]))
+                evaluation["sets"], pcr=evaluation["pcr"]))
         elif kind == "udhr":
             metrics.update(evaluate_udhr(encode, os.path.join(shared, "udhr"),
                                          evaluation["langs"]))
         elif kind == "stsb":
-            metrics.update(evaluate_stsb(encode, shared, evaluation.get("pcr", False)))
+            metrics.update(evaluate_stsb(encode, shared, pcr=evaluation.get("pcr", False)))
         elif kind == "stsb_nn":
             metrics.update(evaluate_stsb_nn(encode, shared, evaluation["min_score"],
-                                            evaluation.get("pcr", False)))
+                                            pcr=evaluation.get("pcr", False)))
         elif kind == "spread":
             metrics.update(evaluate_spread(encode, evaluation["source"], data, shared))
         elif kind == "validation":
@@ -241,8 +228,6 @@ def main(argv=None) -> int:
     with open(args.spec, encoding="utf-8") as f:
         spec = json.load(f)
     if args.export_checkpoint:
-        from cmlm_tf.export import export_lib
-
         export_lib.export(args.model, model_dir=os.path.dirname(args.export_checkpoint),
                           checkpoint=args.export_checkpoint,
                           seq_length=args.export_seq_length, overwrite=True)

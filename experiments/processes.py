@@ -5,14 +5,18 @@ is stopped or killed outright."""
 
 import contextlib
 import json
+import logging
 import os
 import resource
+import runpy
 import shlex
 import subprocess
 import sys
 import time
 import traceback
 from typing import Dict, List, Optional, Tuple
+
+from absl import logging as absl_logging
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,7 +29,7 @@ def raise_stopped(signum, frame):
     raise Stopped(f"signal {signum}")
 
 
-def _cpu_seconds(here: bool = False) -> float:
+def _cpu_seconds(*, here: bool = False) -> float:
     """CPU time of the finished child processes, or of this process (`here`)."""
     usage = resource.getrusage(resource.RUSAGE_SELF if here else resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -66,7 +70,7 @@ def child_env() -> Dict[str, str]:
                 **PIECE_ENV)
 
 
-def run_child(command: List[str], log_path: str, record: bool = False,
+def run_child(command: List[str], log_path: str, *, record: bool = False,
               checkpoint_dir: Optional[str] = None) -> Tuple[float, float]:
     """Runs `command` from the repository root, output appended to `log_path`; returns
     (CPU seconds, wall seconds) of this piece, or with `record` the running totals of every
@@ -83,7 +87,7 @@ def run_child(command: List[str], log_path: str, record: bool = False,
     totals_path = log_path + ".cpu.json"
     _settle_interrupted(totals_path)
     here = IN_PROCESS and _runs_here(command)
-    cpu_before, wall_before = _cpu_seconds(here), time.time()
+    cpu_before, wall_before = _cpu_seconds(here=here), time.time()
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
@@ -102,9 +106,9 @@ def run_child(command: List[str], log_path: str, record: bool = False,
             if process is not None:
                 process.terminate()
                 process.wait()
-            _add_cpu(totals_path, _cpu_seconds(here) - cpu_before, time.time() - wall_before)
+            _add_cpu(totals_path, _cpu_seconds(here=here) - cpu_before, time.time() - wall_before)
             raise Stopped(command[2] if len(command) > 2 else command[0]) from None
-    cpu, wall = _cpu_seconds(here) - cpu_before, time.time() - wall_before
+    cpu, wall = _cpu_seconds(here=here) - cpu_before, time.time() - wall_before
     if record:
         totals = _add_cpu(totals_path, cpu, wall)
         cpu, wall = totals["cpu_seconds"], totals["wall_seconds"]
@@ -129,8 +133,6 @@ def _run_here(command: List[str], log) -> int:
     """Runs `python -m MODULE ARGS` or `python SCRIPT ARGS` in this process, from the
     repository root as a child would, its output (Python's and absl's) into `log`; returns
     its exit status (1 with the traceback in `log` for an uncaught error)."""
-    import runpy
-
     args, argv, cwd, stderr = command[1:], sys.argv, os.getcwd(), sys.stderr
     os.chdir(REPO)
     try:
@@ -165,10 +167,6 @@ def _logging_to(stream, stderr):
     """Python logging's stream handlers write to `stream` meanwhile (absl's and
     TensorFlow's keep the stderr they were made with, so redirecting stderr misses them);
     after, each writes where it did before, and one made meanwhile to `stderr`."""
-    import logging
-
-    from absl import logging as absl_logging
-
     def handlers():
         found = [absl_logging.get_absl_handler().python_handler]
         for name in ("", "absl", "tensorflow"):

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Optional
 
+import yaml
+
 from experiments import claims as claims_lib
 from experiments.claim_results import ClaimResults
 from experiments.claim_types import Claim
@@ -131,8 +133,6 @@ def main(argv=None) -> int:
     readings = {}
     readings_path = os.path.join(args.summary_dir, READINGS)
     if os.path.exists(readings_path):
-        import yaml
-
         with open(readings_path, encoding="utf-8") as f:
             readings = yaml.safe_load(f) or {}
     with open(args.doc, "w", encoding="utf-8") as f:

@@ -61,7 +61,7 @@ vector extensions of their CPU.
 
 
 def render_claim(number: int, results: ClaimResults, plot_path: str, doc: str,
-                 reading: str = "") -> List[str]:
+                 *, reading: str = "") -> List[str]:
     claim = results.claim
     lines = [f"## {number}. {claim.title} (`{claim.name}`)", ""]
     lines += [f"*{claim.paper}*: {claim.says}", ""]
@@ -272,7 +272,7 @@ def render(summaries: Dict[str, dict], doc: str = DOC,
     for number, (name, _) in enumerate(available, start=1):
         plot_path = os.path.join(plot_dir(doc), f"{name}.png")
         lines += render_claim(number, all_results[name], plot_path, doc,
-                              readings.get(name, ""))
+                              reading=readings.get(name, ""))
     not_run = [(name, why) for name, why in claims_lib.NOT_RUN.items()]
     not_run += [(name, "no results yet") for name in claims_lib.CLAIMS
                 if name not in summaries]

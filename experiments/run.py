@@ -87,7 +87,8 @@ def check_configs(claim: Claim, ctx: Context) -> int:
         previous = None
         for index, stage in enumerate(arm.stages, 1):
             where = f"{claim.name}/{arm.name} stage {index}"
-            config_files, fields = stage_config(stage, 1, previous, values, ctx, init_dir)
+            config_files, fields = stage_config(stage, 1, previous, values, ctx=ctx,
+                                                init_dir=init_dir)
             overrides = write_overrides(os.path.join(folder, arm.name, f"stage{index}.yaml"),
                                         fields)
             try:

@@ -32,7 +32,7 @@ def summary(values: Sequence[float]) -> Dict[str, float]:
 
 
 def paired_difference(treatment: Mapping[int, float], control: Mapping[int, float],
-                      control_is_fixed: bool = False) -> Dict[str, float]:
+                      *, control_is_fixed: bool = False) -> Dict[str, float]:
     """Mean ± s.e. of treatment[seed] − control[seed] over the seeds both have, and its 95 %
     interval. With `control_is_fixed` the control is one number (a deterministic arm) taken
     against every seed of the treatment."""

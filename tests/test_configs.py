@@ -1,8 +1,12 @@
 """The config schema: checks that name the field at fault, and the experiments' recipes."""
 
+import ast
+import dataclasses
+
 import pytest
 
 from cmlm_tf import configs
+from tests.source_tree import PACKAGE
 
 
 @pytest.mark.parametrize("encoder,tokenizer,field", [
@@ -53,3 +57,28 @@ def test_optimizer_recipes():
     # learning_rate * sqrt(warmup / step) is the learning rate at the end of the warm-up.
     schedule = inverse_sqrt.learning_rate.power
     assert schedule.initial_learning_rate * 400 ** schedule.power == pytest.approx(1e-3)
+
+
+def test_data_fields_give_each_task_config_its_own_data_config():
+    @dataclasses.dataclass
+    class TaskConfig(configs.SentenceTaskConfig):
+        train_data: configs.TextDataConfig = configs.training_data(configs.TextDataConfig)
+        validation_data: configs.TextDataConfig = configs.validation_data(
+            configs.TextDataConfig, seq_length=32)
+
+    first, second = TaskConfig(), TaskConfig()
+    assert first.train_data.is_training is True and first.train_data.seq_length == 128
+    assert first.validation_data.is_training is False
+    assert first.validation_data.seq_length == 32
+    first.train_data.seq_length = 64
+    assert second.train_data.seq_length == 128
+
+
+def test_task_configs_build_their_data_configs_through_the_data_fields():
+    """One home for a split's defaults: a task module states its reader's data config class
+    (`configs.training_data`, `configs.validation_data`), never `is_training` itself."""
+    for path in sorted((PACKAGE / "tasks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                assert not any(k.arg == "is_training" for k in node.keywords), \
+                    f"{path.name}:{node.lineno}: use configs.training_data / validation_data"

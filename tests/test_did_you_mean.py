@@ -5,6 +5,7 @@ import argparse
 import pytest
 
 from cmlm_tf import did_you_mean
+from cmlm_tf.commands import common
 from tests.conftest import run_child, subprocess_env
 
 
@@ -43,8 +44,6 @@ def test_one_edit_apart_is_damerau_levenshtein_distance_one():
 
 
 def test_a_swapped_folder_name_gets_its_sibling(tmp_path, monkeypatch):
-    from cmlm_tf.commands import common
-
     (tmp_path / "run").mkdir()
     monkeypatch.chdir(tmp_path)
     errors = []

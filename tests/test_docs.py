@@ -3,11 +3,17 @@
 the README stays short."""
 
 import importlib
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 
+from cmlm_tf import config_files
+from cmlm_tf.scale import options
 from tests.conftest import REPO_DIR, run_child
 
 # Module run with `python -m` -> the module whose build_parser() parses its flags.
@@ -80,8 +86,6 @@ def test_commands_were_found():
 @pytest.mark.parametrize("where,number,module,arguments,whole", ALL,
                          ids=[f"{w}:{n}" for w, n, _, _, _ in ALL])
 def test_command_parses(where, number, module, arguments, whole):
-    from cmlm_tf import config_files
-
     target = PARSERS.get(module) or OPTIONAL.get(module)
     assert target, f"{where}:{number}: unknown command python -m {module}"
     try:
@@ -99,7 +103,6 @@ def test_command_parses(where, number, module, arguments, whole):
             known |= {o for a in child._actions for o in a.option_strings}
     if module in BEAM_COMMANDS:
         pytest.importorskip("apache_beam", reason="Beam options need the scale extra")
-        from cmlm_tf.scale import options
 
         known |= options.beam_flags()
     if synopsis:
@@ -122,8 +125,6 @@ def test_command_parses(where, number, module, arguments, whole):
 
 def _documented_commands():
     """The distinct modules of ours that the pages run with `python -m`, in this checkout."""
-    import importlib.util
-
     modules = sorted({module for _, _, module, _, _ in ALL if module in PARSERS or
                       module in OPTIONAL})
     return [module for module in modules if importlib.util.find_spec(module.split(".")[0])]
@@ -136,8 +137,6 @@ COMMANDS = _documented_commands()
 def help_outputs():
     """{module: {"exit_code", "first_line"}} of `python -m MODULE --help` for every
     documented command, all run as `__main__` in one child interpreter."""
-    import json
-
     result = run_child("help_of_commands", *COMMANDS)
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -273,10 +272,6 @@ SNIPPETS = [(page, number, code) for page in ("README.md", "docs/serving.md")
 def test_python_snippets_run_quietly(page, number, tiny_export, minilm_export, tmp_path):
     """Each snippet runs as a user would paste it (exports at the paths it names), exits 0
     and writes nothing to stderr: no TensorFlow start-up lines, no CUDA errors."""
-    import os
-    import subprocess
-    import sys
-
     exports = tmp_path / "exports"
     exports.mkdir()
     os.symlink(tiny_export, exports / "cmlm_tiny")

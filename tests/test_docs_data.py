@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_DIR, SHARED_DATA
+from tests.conftest import REPO_DIR, SHARED_DATA, load_script
 
 DOCS = [REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").glob("*.md"))]
 _PUBLIC = re.compile(r"\.\./shared/data\b")
@@ -131,8 +131,6 @@ def test_bundled_data_commands_work_in_a_clone_without_shared(tmp_path):
 @pytest.mark.skipif(not (SHARED_DATA / "install_guide").is_dir(),
                     reason="../shared/data/install_guide is absent")
 def test_public_data_builder_names_the_languages_shared_data_has():
-    from tests.conftest import load_script
-
     public_data = load_script("benchmarks/public_data.py")
     have = sorted(path.stem for path in (SHARED_DATA / "install_guide").glob("*.tsv"))
     assert list(public_data.INSTALL_GUIDE_LANGUAGES) == have

@@ -1,16 +1,29 @@
 """`cmlm_tf.load(...).encode(...)`: order, shapes and bad input; the fast path (length
-buckets, order, bfloat16); and 8 threads on one `encode()` and on one `serving_default`, each
-vector equal to the one the same sentence gets alone in one thread (in bfloat16 and int8:
-the one its request gets in one thread)."""
+buckets, order, bfloat16); precisions refused at load. Eight threads on one model are in
+test_inference_threads.py."""
 
-import concurrent.futures
+
+import json
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cmlm_tf
-from tests.conftest import TINY_EXPORT_SEQ_LENGTH
+from cmlm_tf.commands import similarity
+from cmlm_tf.export import export_metadata
+from cmlm_tf.export.export_metadata import FORMAT_VERSION, METADATA_FILE
+from tests.conftest import (
+    TINY_EXPORT_SEQ_LENGTH,
+    cli_env,
+    imported_modules,
+    run_child,
+    subprocess_env,
+)
 
 MIXED = [
     "",
@@ -87,16 +100,12 @@ def test_load_errors_name_the_path(tmp_path):
 
 
 def test_similarity_cli(tiny_export, capsys):
-    from cmlm_tf.commands import similarity
-
     assert similarity.main(["--model", str(tiny_export), "the dog", "a dog", "red car"]) == 0
     out = capsys.readouterr().out
     assert "nearest to [0]" in out and " 1.000" in out
 
 
 def test_sentence_transformers_keyword_names(tiny_model):
-    import tensorflow as tf
-
     texts = ["the dog", "a man is riding a horse", "hello"]
     raw = tiny_model.encode(texts, normalize=False)
     np.testing.assert_array_equal(tiny_model.encode(texts, normalize_embeddings=False), raw)
@@ -167,9 +176,6 @@ def test_batch_size_must_be_a_positive_int(tiny_model, batch_size, error):
 
 
 def _copy_export(tiny_export, tmp_path, edit):
-    import json
-    import shutil
-
     target = tmp_path / "copy"
     shutil.copytree(tiny_export, target)
     path = target / "cmlm_tf_export.json"
@@ -243,8 +249,6 @@ def reference_vectors(model, texts, key):
     """The saved functions in one call for all texts: `serving_default` for `embeddings`
     (which cuts the request into its own length buckets in the graph), tokenize + the plain
     float32 forward, padded to the longest text, for `pooled_output`."""
-    import tensorflow as tf
-
     serving = model._serving
     if key == "embeddings":
         return serving.signatures["serving_default"](
@@ -317,115 +321,9 @@ def test_bad_precision_names_the_choices(tiny_export):
         cmlm_tf.load(str(tiny_export), precision="float16")
 
 
-# ---------------------------------------------------------------- threads
-
-THREADS = 8
-# An int8 vector alone against the same sentence inside a batch, on the tiny export: 9e-8
-# with calibrated ranges, 8.4e-5 when the ranges were measured per request.
-INT8_BATCH_ATOL = 1e-5
-SENTENCES = ["", "a", "the dog runs", "x" * 10_000, "le chat noir dort sur le tapis",
-             "the man is playing a guitar . " * 40, "I love pizza 🍕!", "这是一个测试句子。",
-             "   ", "hello\tworld\n", "zebra quokka axolotl", "one two three four five"]
-
-
-def _requests(seed: int, count: int = 6):
-    """`count` requests of 1 to 7 sentences each, drawn from SENTENCES."""
-    rng = np.random.default_rng(seed)
-    return [[SENTENCES[i] for i in rng.integers(0, len(SENTENCES), size=rng.integers(1, 8))]
-            for _ in range(count)]
-
-
-def _alone(embed):
-    return {text: embed([text])[0] for text in SENTENCES}
-
-
-def _check_threads(embed, alone):
-    def work(seed):
-        return [(request, embed(request)) for request in _requests(seed)]
-
-    with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-        results = [item for items in pool.map(work, range(THREADS * 4)) for item in items]
-    assert len(results) == THREADS * 4 * 6
-    worst = 0.0
-    for request, vectors in results:
-        assert vectors.shape == (len(request), len(alone[""]))
-        for text, vector in zip(request, vectors):
-            worst = max(worst, float(np.abs(vector - alone[text]).max()))
-    assert worst < 1e-5, worst
-
-
-def test_eight_threads_on_one_encode_give_each_sentence_its_own_vector(tiny_export):
-    model = cmlm_tf.load(str(tiny_export))
-
-    def embed(texts):
-        return model.encode(texts, batch_size=4)
-
-    _check_threads(embed, _alone(embed))
-
-
-def test_eight_threads_on_serving_default_give_each_sentence_its_own_vector(tiny_export):
-    import tensorflow_text  # noqa: F401  (the serving model's tokenizer ops)
-
-    signature = tf.saved_model.load(str(tiny_export / "serving" / "1")).signatures[
-        "serving_default"]
-
-    def embed(texts):
-        return signature(sentences=tf.constant(texts))["embeddings"].numpy()
-
-    _check_threads(embed, _alone(embed))
-
-
-@pytest.mark.parametrize("precision,folder", [("bfloat16", "serving_bf16/1"),
-                                              ("int8", "serving_int8/1")])
-def test_eight_threads_in_low_precision_give_each_request_its_one_thread_vectors(
-        precision_export, precision, folder):
-    """bfloat16 and int8 kernels are constants that oneDNN reorders once and shares between
-    requests: each request of 8 threads must give what it gives in one thread."""
-    import tensorflow_text  # noqa: F401  (the serving model's tokenizer ops)
-
-    model = cmlm_tf.load(str(precision_export), precision=precision)
-    signature = tf.saved_model.load(str(precision_export / folder)).signatures[
-        "serving_default"]
-    for embed in (lambda texts: model.encode(texts, batch_size=4),
-                  lambda texts: signature(sentences=tf.constant(texts))["embeddings"].numpy()):
-        def work(seed, embed=embed):
-            return [embed(request) for request in _requests(seed)]
-
-        seeds = range(THREADS * 2)
-        alone = {seed: work(seed) for seed in seeds}
-        with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-            together = dict(zip(seeds, pool.map(work, seeds)))
-        worst = max(float(np.abs(a - b).max()) for seed in seeds
-                    for a, b in zip(alone[seed], together[seed]))
-        assert worst < 1e-5, (precision, worst)
-
-
-def test_an_int8_vector_is_the_same_alone_and_inside_a_batch(precision_export):
-    """int8 activations are quantized over ranges calibrated at export, not measured on
-    the request: a sentence's vector does not depend on the sentences beside it (beyond
-    float rounding in the float32 parts, which can move a value across a uint8 step)."""
-    import tensorflow_text  # noqa: F401  (the serving model's tokenizer ops)
-
-    model = cmlm_tf.load(str(precision_export), precision="int8")
-    signature = tf.saved_model.load(str(precision_export / "serving_int8" / "1")).signatures[
-        "serving_default"]
-    for embed in (lambda texts: model.encode(texts, batch_size=len(texts)),
-                  lambda texts: signature(sentences=tf.constant(texts))["embeddings"].numpy()):
-        together = embed(SENTENCES)
-        worst = max(float(np.abs(embed([text])[0] - vector).max())
-                    for text, vector in zip(SENTENCES, together))
-        assert worst < INT8_BATCH_ATOL, worst
-
-
 def test_int8_without_onednn_is_refused_at_load(tmp_path):
     """With TF_ENABLE_ONEDNN_OPTS=0 the int8 matmul runs eagerly but not in a graph: `load`
     refuses the precision before any request, in one line."""
-    import json
-    import os
-
-    from cmlm_tf.export import export_metadata
-    from tests.conftest import cli_env, run_child
-
     (tmp_path / export_metadata.METADATA_FILE).write_text(json.dumps({
         "format_version": export_metadata.FORMAT_VERSION, "dim": 4,
         "serving_models": {"int8": {"folder": "serving_int8/1"}}}), encoding="utf-8")
@@ -442,13 +340,6 @@ def test_int8_without_onednn_is_refused_at_load(tmp_path):
 def test_a_precision_the_export_lacks_is_refused_before_tensorflow_starts(tmp_path):
     """`load(precision="int8")` on an export without `serving_int8/1`: said from the files,
     before TensorFlow is imported (`python -X importtime` lists every import)."""
-    import json
-    import subprocess
-    import sys
-
-    from cmlm_tf.export.export_metadata import FORMAT_VERSION, METADATA_FILE
-    from tests.conftest import imported_modules, subprocess_env
-
     (tmp_path / "serving" / "1").mkdir(parents=True)
     (tmp_path / "serving" / "1" / "saved_model.pb").write_bytes(b"")
     (tmp_path / METADATA_FILE).write_text(json.dumps({

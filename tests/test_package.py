@@ -2,9 +2,14 @@
 scripts; and it installs no generic top-level `export` package."""
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
+
+import pytest
+from packaging.requirements import Requirement
 
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES
 
@@ -98,12 +103,6 @@ def test_scale_doc_names_the_protobuf_and_pyarrow_bounds_of_apache_beam():
     """docs/scale.md says why the scale extra downgrades protobuf and pyarrow: the bounds it
     names are those of the installed apache-beam (its wheel's metadata), the Beam line is
     setup.py's, and the base install pins neither."""
-    import re
-    from importlib import metadata
-
-    import pytest
-    from packaging.requirements import Requirement
-
     try:
         beam_requires = metadata.requires("apache-beam")
     except metadata.PackageNotFoundError:

@@ -8,8 +8,12 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # noqa: F401
 
 import cmlm_tf
+from cmlm_tf.export import tflite
 from tests.conftest import REPO_DIR, SHARED_DATA
 
 # sentence-transformers (independent implementation) scores STS-B dev at 0.8672.
@@ -60,12 +64,6 @@ def test_every_path_gives_the_same_vectors(minilm_export, golden, tmp_path):
     golden vectors. With cosines of at least 0.9999 to `encode()`, every path scores STS-B
     as `encode()` does, which `test_stsb_dev_spearman_of_every_path_in_fresh_process`
     checks on all of STS-B dev."""
-    import tensorflow as tf
-    import tensorflow_hub as hub
-    import tensorflow_text  # noqa: F401
-
-    from cmlm_tf.export import tflite
-
     sentences, expected = golden
     texts = list(sentences)
     if (SHARED_DATA / "stsb" / "sts-dev.csv").exists():

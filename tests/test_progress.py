@@ -4,6 +4,7 @@ naming the stage that runs, from a fake clock and from the real timer thread."""
 import re
 import time
 
+from cmlm_tf import progress
 from tests.conftest import FakeClock
 
 
@@ -41,8 +42,6 @@ class ManualTimers:
 
 
 def _stages(command, **kwargs):
-    from cmlm_tf import progress
-
     clock = FakeClock()
     timers = ManualTimers(clock)
     return progress.Stages(command, clock=clock, start_timer=timers, **kwargs), timers
@@ -93,8 +92,6 @@ def test_quick_stages_in_a_row_do_not_add_up_to_a_long_silence(capsys):
 def test_stage_lines_from_the_real_timer(capsys):
     """The default timer thread prints while the stage runs (no fixed wait: the test polls
     until the line comes, however slow the machine)."""
-    from cmlm_tf import progress
-
     stage = progress.Stages("export", after=0.01, every=3600.0)
     stage("converting to TFLite")
     try:

@@ -2,9 +2,11 @@
 of docs/data.md (here on small packages made in the test; the real ones are downloaded)."""
 
 import io
+import struct
 import subprocess
 import sys
 import tarfile
+import zlib
 
 import pytest
 
@@ -126,9 +128,6 @@ def test_mostly_english_is_four_fifths_of_the_words(english, translation, expect
 
 def _ztext(entries):
     """The .bzv, .bzs and .bzz of one testament of a zText module: `entries` in one block."""
-    import struct
-    import zlib
-
     block, index = b"", b""
     for text in entries:
         data = text.encode("utf-8")

@@ -5,6 +5,9 @@ import re
 
 import pytest
 
+from cmlm_tf.data import bitext, mlm_tlm
+from cmlm_tf.driver import train_lib
+from cmlm_tf.model_import import hf_bert
 from tests.conftest import REPO_DIR
 
 CONFIGS = REPO_DIR / "configs"
@@ -57,8 +60,6 @@ def _lines(path: str):
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipe_validates_on_held_out_data(name, monkeypatch):
-    from cmlm_tf.driver import train_lib
-
     monkeypatch.chdir(REPO_DIR)
     experiment, stack = _header_command(name)
     params = train_lib.build_params(experiment, stack)
@@ -85,8 +86,6 @@ def test_recipe_validates_on_held_out_data(name, monkeypatch):
 
 def test_tiny_recipes_have_held_out_validation(monkeypatch):
     """The tiny recipes validate on the bundled held-out splits (not on nothing)."""
-    from cmlm_tf.driver import train_lib
-
     monkeypatch.chdir(REPO_DIR)
     for name, field in (("cmlm_tiny", "input_path"), ("bitext_tiny", "input_path"),
                         ("moco_tiny", "input_path"), ("bgt_tiny", "input_path"),
@@ -99,9 +98,6 @@ def test_tiny_recipes_have_held_out_validation(monkeypatch):
 
 def test_mlm_tlm_validation_reads_its_held_out_pairs(monkeypatch):
     """`validation_data.bitext_input_path` replaces `task.bitext_data` for validation only."""
-    from cmlm_tf.data import bitext, mlm_tlm
-    from cmlm_tf.driver import train_lib
-
     monkeypatch.chdir(REPO_DIR)
     read = []
     real = bitext.bitext_files
@@ -125,9 +121,6 @@ def test_minilm_recipe_fine_tunes_the_import_on_the_bundled_verses(tmp_path, mon
     and one evaluation, at the end, on the held-out verses (in-batch and among all pairs).
     The training path itself (import, warm start, bitext steps) is
     tests/model_import/test_hf_bert.py's fine-tune of an imported stand-in."""
-    from cmlm_tf.driver import train_lib
-    from cmlm_tf.model_import import hf_bert
-
     monkeypatch.chdir(REPO_DIR)
     warm_start = hf_bert.convert(str(minilm_hf_dir), str(tmp_path / "all-MiniLM-L6-v2"))
     params = train_lib.build_params("cmlm_tf/bitext", [warm_start, "minilm_bitext_verses"])

@@ -203,7 +203,7 @@ def console_logging() -> None:
         handler.addFilter(_not_chatter)
 
 
-def add_pcr_arguments(parser: argparse.ArgumentParser, languages: bool = True) -> None:
+def add_pcr_arguments(parser: argparse.ArgumentParser, *, languages: bool = True) -> None:
     """`--pcr`, `--pcr_file`, `--save_pcr` (and `--src_lang`/`--tgt_lang` when asked)."""
     group = parser.add_argument_group("principal component removal")
     exclusive = group.add_mutually_exclusive_group()

@@ -30,7 +30,7 @@ LABEL_COLUMNS = ("gold_label", "label")
 CLASS_NAMES = ("entailment", "neutral", "contradiction")
 
 
-def _column(header: List[str], names, path: str, required: bool = True) -> Optional[int]:
+def _column(header: List[str], names, path: str, *, required: bool = True) -> Optional[int]:
     lowered = [name.strip().lower() for name in header]
     for name in names:
         if name.lower() in lowered:
@@ -78,14 +78,14 @@ def read_rows(path: str) -> Dict:
     return {"rows": rows, "dropped": dropped}
 
 
-def _line(row: Dict, with_language: bool) -> str:
+def _line(row: Dict, *, with_language: bool) -> str:
     fields = [row["premise"], row["hypothesis"], CLASS_NAMES[row["label"]]]
     if with_language:
         fields += [row["language"], row["language"]]
     return "\t".join(fields) + "\n"
 
 
-def convert(input_path: str, output: str, by_language: bool = False,
+def convert(input_path: str, output: str, *, by_language: bool = False,
             languages: Optional[List[str]] = None) -> Dict[str, int]:
     """Writes the converted file(s); returns counts (`written`, `dropped`, `files`)."""
     result = read_rows(input_path)
@@ -98,7 +98,7 @@ def convert(input_path: str, output: str, by_language: bool = False,
     if not by_language:
         with_language = any(row["language"] for row in rows)
         with open(output, "w", encoding="utf-8") as f:
-            f.writelines(_line(row, with_language) for row in rows)
+            f.writelines(_line(row, with_language=with_language) for row in rows)
         return {"written": len(rows), "dropped": dropped, "files": 1}
     by_pair: Dict[str, Dict[str, Dict]] = {}
     for row in rows:
@@ -114,7 +114,7 @@ def convert(input_path: str, output: str, by_language: bool = False,
                 and len({pair[name]["label"] for name in names}) == 1]
     for name in names:
         with open(f"{output}.{name}.tsv", "w", encoding="utf-8") as f:
-            f.writelines(_line(pair[name], False) for pair in complete)
+            f.writelines(_line(pair[name], with_language=False) for pair in complete)
     return {"written": len(complete), "dropped": dropped + len(by_pair) - len(complete),
             "files": len(names)}
 
@@ -141,7 +141,8 @@ def main(argv=None) -> int:
         from cmlm_tf.files import output_folders
 
         output_folders.check_apart(args.output, "output", {"input": args.input})
-        counts = convert(args.input, args.output, args.by_language, languages or None)
+        counts = convert(args.input, args.output, by_language=args.by_language,
+                         languages=languages or None)
         print(f"{counts['written']} examples written to {counts['files']} file(s); "
               f"{counts['dropped']} rows dropped")
 

@@ -110,7 +110,7 @@ def run(args, beam_args: Sequence[str]) -> int:
     output_folders.check_apart(args.output, "--output", {"--model": args.model, "--input": [
         path for pattern in args.input for path in glob.glob(pattern)]})
     try:
-        notes = embedding_files.check_output(args.output, args.overwrite)
+        notes = embedding_files.check_output(args.output, overwrite=args.overwrite)
     except embedding_files.EmbeddingFilesError as error:
         raise common.UsageError(str(error)) from None
     for note in notes:
@@ -122,7 +122,7 @@ def run(args, beam_args: Sequence[str]) -> int:
                                text_column=args.text_column, batch_size=args.batch_size,
                                max_chars=args.max_chars, overwrite=args.overwrite)
     try:
-        summary = embed.run(config, beam_args)
+        summary = embed.run(config, beam_args=beam_args)
     except PipelineFailed as error:
         # A worker's error (a bug, a full disk, a killed worker), not a mistake in the
         # arguments: exit 1; CMLM_TF_DEBUG=1 shows Beam's traceback.

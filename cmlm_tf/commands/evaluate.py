@@ -194,11 +194,12 @@ def run(args) -> Dict[str, object]:
         metrics = suite.run_sts(encode, inputs["first"], inputs["second"], inputs["gold"])
     elif args.task == "retrieval":
         metrics, fitted = suite.run_retrieval(encode, inputs["src"], inputs["tgt"],
-                                              args.src_lang, args.tgt_lang, **pcr_options)
+                                              src_lang=args.src_lang, tgt_lang=args.tgt_lang,
+                                              **pcr_options)
     elif args.task == "mining":
         metrics, fitted = suite.run_mining(
-            encode, inputs["src_ids"], inputs["src"], inputs["tgt_ids"], inputs["tgt"],
-            inputs["gold"], k=args.k, margin=args.margin, threshold=args.threshold,
+            encode, inputs["src_ids"], inputs["src"], inputs["tgt_ids"], tgt=inputs["tgt"],
+            gold=inputs["gold"], k=args.k, margin=args.margin, threshold=args.threshold,
             src_lang=args.src_lang, tgt_lang=args.tgt_lang, **pcr_options)
     elif args.task == "bias":
         metrics, fitted = suite.run_bias(encode, inputs["texts"], k=args.k, **pcr_options)

@@ -66,7 +66,7 @@ def main(argv=None, prog: str = "python -m cmlm_tf.export") -> int:
         # From the files, before TensorFlow starts: an output it may not write, or an input.
         staging.check_export_dir(args.export_dir, model_dir=args.model_dir, hf_dir=args.hf_dir,
                                  checkpoint=args.checkpoint)
-        staging.check_replaceable(args.export_dir, args.overwrite)
+        staging.check_replaceable(args.export_dir, overwrite=args.overwrite)
         flags = {export_format.name: getattr(args, export_format.name)
                  for export_format in formats.FLAGGED}
         formats.require(flags)

@@ -238,7 +238,7 @@ def run(args, beam_args: Sequence[str] = ()) -> int:
                 [args.src_lang, args.tgt_lang], [table.vectors for table in tables],
                 fit_pcr=args.pcr, pcr=pcr)
             pairs = corpus_mining.mine_vectors(search_settings(args), src_vectors, tgt_vectors,
-                                               beam_args, stage)
+                                               beam_args, stage=stage)
             kept = slice(None) if args.threshold is None else pairs.scores >= args.threshold
             src = texts_of_rows(tables[0], pairs.src_indices[kept], args.src, "--src")
             tgt = texts_of_rows(tables[1], pairs.tgt_indices[kept], args.tgt, "--tgt")
@@ -256,13 +256,13 @@ def run(args, beam_args: Sequence[str] = ()) -> int:
             stage(f"loading {args.model}")
             encoder = common.load_encoder(args.model, args.batch_size, stage)
             (src_vectors, tgt_vectors), fitted = suite.embed_languages(
-                encoder, [(args.src_lang, src), (args.tgt_lang, tgt)], args.pcr, pcr)
+                encoder, [(args.src_lang, src), (args.tgt_lang, tgt)], fit_pcr=args.pcr, pcr=pcr)
             pairs = corpus_mining.mine_vectors(search_settings(args), src_vectors, tgt_vectors,
-                                               beam_args, stage)
+                                               beam_args, stage=stage)
         if fitted is not None and args.save_pcr:
             fitted.save(args.save_pcr)
         stage(f"writing {args.output}")
-        return corpus_mining.write_pairs(args.output, pairs, src, tgt, args.threshold)
+        return corpus_mining.write_pairs(args.output, pairs, src, tgt, threshold=args.threshold)
     finally:
         stage.done()
 

@@ -62,7 +62,7 @@ def text_key(text: str) -> str:
 
 
 def mine(sources: Sequence[str], targets: Sequence[str], source_vectors: np.ndarray,
-         candidate_texts: Sequence[str], candidate_vectors: np.ndarray, num_negatives: int,
+         candidate_texts: Sequence[str], *, candidate_vectors: np.ndarray, num_negatives: int,
          range_min: int = 0, range_max: int = 50, margin: Optional[float] = None,
          max_score: Optional[float] = None,
          duplicate_cosine: float = 0.98) -> List[Optional[List[str]]]:
@@ -145,9 +145,11 @@ def run(args) -> Tuple[int, int]:
     encode = common.load_encoder(args.model, args.batch_size)
     source_vectors = unit_rows(encode(sources))
     candidate_vectors = unit_rows(encode(candidates))
-    negatives = mine(sources, targets, source_vectors, candidates, candidate_vectors,
-                     args.num_negatives, args.range_min, args.range_max, args.margin,
-                     args.max_score, args.duplicate_cosine)
+    negatives = mine(sources, targets, source_vectors, candidates,
+                     candidate_vectors=candidate_vectors,
+                     num_negatives=args.num_negatives, range_min=args.range_min,
+                     range_max=args.range_max, margin=args.margin,
+                     max_score=args.max_score, duplicate_cosine=args.duplicate_cosine)
     written = sum(found is not None for found in negatives)
     if not written:
         raise ValueError(f"{args.pairs}: no pair kept {args.num_negatives} negatives after "

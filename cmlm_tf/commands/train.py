@@ -57,7 +57,6 @@ def main(argv=None) -> int:
 
     def body():
         from cmlm_tf import did_you_mean, packaged_recipes
-        from cmlm_tf.driver import train_lib
         from cmlm_tf.tasks import experiment_registry
 
         # Typos stop here, before TensorFlow is imported (under a second).
@@ -75,6 +74,8 @@ def main(argv=None) -> int:
         if args.mode == "eval":  # an input here, with a did-you-mean before TensorFlow
             common.check_input_paths(parser, {"--model_dir": args.model_dir})
         common.console_logging()
+        from cmlm_tf.driver import train_lib  # TensorFlow loads here, after the checks
+
         params = train_lib.build_params(args.experiment, args.config_file,
                                         args.params_override, args.tpu)
         train_lib.run(params, args.model_dir, args.mode)

@@ -115,7 +115,7 @@ def _raw_records(path: str, file_type: str) -> Iterator[bytes]:
     yield from tf.data.TFRecordDataset(path, compression_type=compression).as_numpy_iterator()
 
 
-def scan_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
+def scan_bitext(files: Sequence[str], file_type: str, *, num_hard_negatives: int = 0,
                 field: str = "input_path",
                 limit: int = records.SAMPLE_RECORDS) -> BitextStats:
     """Checks the first `limit` records (all of a small corpus) before training: a sample
@@ -136,8 +136,9 @@ def scan_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
             stats.pairs += 1
     if stats.pairs == 0:
         raise records.no_valid_records(
-            files, field, f"{file_type} translation pair", stats.records, stats.malformed,
-            "records", complete, stats.examples[0] if stats.examples else None)
+            files, field, f"{file_type} translation pair", stats.records, malformed=stats.malformed,
+            unit="records", complete=complete,
+            first_problem=stats.examples[0] if stats.examples else None)
     return stats
 
 
@@ -157,7 +158,7 @@ def _parse_tfrecord(record: tf.Tensor, needed: int):
     return tf.logical_and(count >= needed, records.valid_text_fields(kept)), kept
 
 
-def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 0,
+def read_bitext(files: Sequence[str], file_type: str, *, num_hard_negatives: int = 0,
                 input_context=None, is_training: bool = True,
                 shuffle_buffer_size: int = 100000, seed: Optional[int] = None,
                 field: str = "input_path",
@@ -173,7 +174,7 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
     """
     needed = 2 + num_hard_negatives
     report = records.MalformedReport("bitext record", field, _explain(file_type, needed),
-                                     "line" if file_type == "tsv" else "record",
+                                     where="line" if file_type == "tsv" else "record",
                                      reports=reports)
     shuffle = is_training and shuffle_buffer_size > 1
     if file_type == "tsv":
@@ -203,7 +204,8 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
                 return ok, fields
             return parsed.map(check_record)
         check = None
-    dataset = interleave_files(files, read, input_context, is_training, seed)
+    dataset = interleave_files(files, read, input_context=input_context, is_training=is_training,
+                               seed=seed)
     if shuffle and check is not None:
         # Lines are shuffled before they are parsed: the buffer, which fills before the
         # first batch, takes them at the speed of reading.
@@ -229,7 +231,7 @@ def read_bitext(files: Sequence[str], file_type: str, num_hard_negatives: int = 
     return dataset
 
 
-def text_fingerprint(texts: tf.Tensor, lower_case: bool = False) -> tf.Tensor:
+def text_fingerprint(texts: tf.Tensor, *, lower_case: bool = False) -> tf.Tensor:
     """int64 fingerprints of trimmed (and optionally lower-cased) texts, to spot duplicates."""
     texts = tf.strings.strip(texts)
     if lower_case:
@@ -255,8 +257,8 @@ class BitextFeaturizer:
         features = {
             "source": self.pack(pairs["source"]),
             "target": self.pack(pairs["target"]),
-            "source_id": text_fingerprint(pairs["source"], self.lower_case),
-            "target_id": text_fingerprint(pairs["target"], self.lower_case),
+            "source_id": text_fingerprint(pairs["source"], lower_case=self.lower_case),
+            "target_id": text_fingerprint(pairs["target"], lower_case=self.lower_case),
         }
         if "hard_negatives" in pairs:
             features["hard_negatives"] = self.pack(tf.reshape(pairs["hard_negatives"], [-1]))
@@ -267,7 +269,7 @@ def bitext_files(data_config, field: str = "task.train_data") -> BitextStats:
     """Lists, types and scans the files of a `BitextDataConfig`; logs a summary."""
     files = list_files(data_config.input_path, field=f"{field}.input_path")
     file_type = infer_file_type(files, data_config.file_type, field=f"{field}.file_type")
-    stats = scan_bitext(files, file_type, data_config.num_hard_negatives,
+    stats = scan_bitext(files, file_type, num_hard_negatives=data_config.num_hard_negatives,
                         field=f"{field}.input_path")
     logging.info("Bitext %s: %d %s files; %s %d records: %d pairs, %d malformed", field,
                  len(files), file_type, "all" if stats.complete else "the first",
@@ -288,7 +290,7 @@ def bitext_sentences(data_config, field: str = "task.train_data") -> Iterator[st
 
 
 def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.TokenizerConfig,
-                   input_context=None, field: str = "task.train_data",
+                   *, input_context=None, field: str = "task.train_data",
                    resume_step: int = 0, reports: Optional[list] = None) -> tf.data.Dataset:
     """The dual-encoder input pipeline: batched, tokenised pairs with static shapes (in
     training, from `resume_step`'s batch on); the malformed-record report goes to
@@ -298,7 +300,8 @@ def bitext_dataset(data_config: BitextDataConfig, tokenizer_config: configs.Toke
                          f"{data_config.num_hard_negatives}")
     stats = bitext_files(data_config, field)
     featurizer = BitextFeaturizer(tokenizer_config, data_config.seq_length)
-    pairs = read_bitext(stats.files, stats.file_type, data_config.num_hard_negatives,
+    pairs = read_bitext(stats.files, stats.file_type,
+                        num_hard_negatives=data_config.num_hard_negatives,
                         input_context=input_context, is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
                         seed=data_config.seed, field=f"{field}.input_path", reports=reports)

@@ -37,7 +37,7 @@ def shard_files(files: Sequence[str], input_context=None) -> Tuple[List[str], bo
 
 
 def interleave_files(files: Sequence[str], read_file: Callable[[tf.Tensor], tf.data.Dataset],
-                     input_context=None, is_training: bool = True,
+                     *, input_context=None, is_training: bool = True,
                      seed: Optional[int] = None) -> tf.data.Dataset:
     """Records of `read_file(path)` over this input pipeline's share of `files`.
 
@@ -52,7 +52,8 @@ def interleave_files(files: Sequence[str], read_file: Callable[[tf.Tensor], tf.d
         dataset = dataset.shuffle(len(files), seed=seed).repeat()
     dataset = dataset.interleave(read_file, cycle_length=min(len(files), 8),
                                  num_parallel_calls=tf.data.AUTOTUNE,
-                                 deterministic=pipeline.is_deterministic(seed, is_training))
+                                 deterministic=pipeline.is_deterministic(seed,
+                                                                         is_training=is_training))
     if shard_records:
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)

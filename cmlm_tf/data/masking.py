@@ -170,7 +170,7 @@ class MaskingFeaturizer:
     special ids and the packed length)."""
 
     def __init__(self, tokenizer_config: configs.TokenizerConfig, seq_length: int,
-                 max_predictions_per_seq: int, mask_ratio: float, seed: Optional[int] = None):
+                 max_predictions_per_seq: int, mask_ratio: float, *, seed: Optional[int] = None):
         self.masker = BatchMasker(tokenizer_config, max_predictions_per_seq, mask_ratio,
                                   seed=seed)
         self.pack = packing.SentencePacker(self.masker.tokenizer, seq_length)

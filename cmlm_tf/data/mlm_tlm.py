@@ -45,12 +45,12 @@ class MLMTLMDataConfig(configs.TextDataConfig):
     bitext_input_path: str = ""
 
 
-def text_lines(files: Sequence[str], input_context=None, is_training: bool = True,
+def text_lines(files: Sequence[str], *, input_context=None, is_training: bool = True,
                shuffle_buffer_size: int = 10000, seed: Optional[int] = None) -> tf.data.Dataset:
     """Non-empty, stripped lines of text files; repeated and shuffled while training."""
     dataset = interleave_files(
         files, lambda path: tf.data.TextLineDataset(path).map(tf.strings.strip),
-        input_context, is_training, seed)
+        input_context=input_context, is_training=is_training, seed=seed)
     dataset = dataset.filter(lambda line: tf.strings.length(line) > 0)
     if is_training and shuffle_buffer_size > 1:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
@@ -103,13 +103,13 @@ class MLMTLMFeaturizer(masking.MaskingFeaturizer):
         second = tokenizer(tokenization.valid_utf8(examples["second"]))
         packed = packing.pack_two_segments(
             first, second, self.pack.seq_length, special["start_of_sequence_id"],
-            special["end_of_segment_id"], special["padding_id"])
+            end_id=special["end_of_segment_id"], pad_id=special["padding_id"])
         masked = self.masker(packed["input_word_ids"], packed["input_mask"], batch_index)
         return dict(packed, **masked, is_tlm=tf.cast(examples["is_tlm"], tf.float32))
 
 
 def mlm_tlm_dataset(data_config: MLMTLMDataConfig, bitext_config,
-                    tokenizer_config: configs.TokenizerConfig, input_context=None,
+                    tokenizer_config: configs.TokenizerConfig, *, input_context=None,
                     field: str = "task.train_data", resume_step: int = 0,
                     reports: Optional[list] = None) -> tf.data.Dataset:
     """The MLM + TLM pipeline: text from `data_config`, pairs from `bitext_config` (in

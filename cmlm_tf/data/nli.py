@@ -81,7 +81,7 @@ def check_line(line: bytes):
     return label, None
 
 
-def _note(stats: NLIStats, path: str, number: int, problem: str, max_examples: int) -> None:
+def _note(stats: NLIStats, path: str, number: int, problem: str, *, max_examples: int) -> None:
     stats.malformed += 1
     if len(stats.problems) < max_examples:
         stats.problems.append(f"{path} line {number}: {problem}")
@@ -107,7 +107,7 @@ def _explain_line(raw: bytes) -> str:
     return check_line(raw)[1] or ""
 
 
-def scan_nli(files: Sequence[str], cross_lingual: bool = False, field: str = "input_path",
+def scan_nli(files: Sequence[str], *, cross_lingual: bool = False, field: str = "input_path",
              max_examples: int = 5, limit: int = records.SAMPLE_RECORDS) -> NLIStats:
     """Checks the first `limit` lines (all of a small corpus) before training: a sample
     without any valid example is an error naming `field`, and so are cross-lingual files
@@ -135,7 +135,7 @@ def scan_nli(files: Sequence[str], cross_lingual: bool = False, field: str = "in
             checked = [check_line(line) for line in lines]
             if any(why for _, why in checked) or len({label for label, _ in checked}) > 1:
                 joined = _JOIN.join(line.rstrip(b"\r\n") for line in lines)
-                _note(stats, files[0], number, explain(joined), max_examples)
+                _note(stats, files[0], number, explain(joined), max_examples=max_examples)
             else:
                 stats.examples += 1
                 stats.labels[checked[0][0]] += 1
@@ -148,14 +148,15 @@ def scan_nli(files: Sequence[str], cross_lingual: bool = False, field: str = "in
             stats.records += 1
             label, why = check_line(line)
             if why:
-                _note(stats, path, numbers[path], why, max_examples)
+                _note(stats, path, numbers[path], why, max_examples=max_examples)
             else:
                 stats.examples += 1
                 stats.labels[label] += 1
     if stats.examples == 0:
         raise records.no_valid_records(files, field, "NLI example", stats.records,
-                                       stats.malformed, "lines", stats.complete,
-                                       stats.problems[0] if stats.problems else None)
+                                       malformed=stats.malformed, unit="lines",
+                                       complete=stats.complete,
+                                       first_problem=stats.problems[0] if stats.problems else None)
     return stats
 
 
@@ -182,7 +183,7 @@ def _language_name(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=None,
+def read_nli(files: Sequence[str], *, cross_lingual: bool = False, input_context=None,
              is_training: bool = True, shuffle_buffer_size: int = 100000,
              seed: Optional[int] = None, field: str = "input_path",
              reports: Optional[list] = None) -> tf.data.Dataset:
@@ -201,13 +202,15 @@ def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=No
                 valid, *rest = _parse_line(line, labels)
                 return (report.skip(valid, path, number, line), *rest)
             return tf.data.TextLineDataset(path).enumerate(start=1).map(check)
-        dataset = interleave_files(files, read, input_context, is_training, seed)
+        dataset = interleave_files(files, read, input_context=input_context,
+                                   is_training=is_training, seed=seed)
         dataset = dataset.filter(lambda valid, *rest: valid)
         dataset = dataset.map(lambda valid, premise, hypothesis, label, lang_p, lang_h: {
             "premise": premise, "hypothesis": hypothesis, "label": label,
             "premise_language": lang_p, "hypothesis_language": lang_h})
     else:
-        dataset = _aligned_examples(files, labels, is_training, seed, field, reports)
+        dataset = _aligned_examples(files, labels, is_training=is_training, seed=seed, field=field,
+                                    reports=reports)
         if input_context and input_context.num_input_pipelines > 1:
             # Line-aligned files cannot be split between input pipelines: shard examples.
             dataset = dataset.shard(input_context.num_input_pipelines,
@@ -217,7 +220,7 @@ def read_nli(files: Sequence[str], cross_lingual: bool = False, input_context=No
     return dataset
 
 
-def _aligned_examples(files: Sequence[str], labels, is_training: bool,
+def _aligned_examples(files: Sequence[str], labels, *, is_training: bool,
                       seed: Optional[int], field: str,
                       reports: Optional[list] = None) -> tf.data.Dataset:
     count = len(files)
@@ -237,8 +240,8 @@ def _aligned_examples(files: Sequence[str], labels, is_training: bool,
             def host(n, flags):
                 short = [os.path.basename(path) for path, flag in zip(files, flags.numpy())
                          if flag]
-                report.note(files[0].encode(), int(n.numpy()), b"", 1,
-                            f"{', '.join(short)} ended here but the other files go on: "
+                report.note(files[0].encode(), int(n.numpy()), b"", count=1,
+                            reason=f"{', '.join(short)} ended here but the other files go on: "
                             f"cross-lingual files must be line-aligned; the rest is not read")
                 return False
             return tf.reshape(tf.py_function(host, [number, ended], tf.bool), [])
@@ -272,7 +275,7 @@ def _aligned_examples(files: Sequence[str], labels, is_training: bool,
                     "hypothesis_language": names[hypothesis_index]}
 
     dataset = dataset.map(pick, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=pipeline.is_deterministic(seed, is_training))
+                          deterministic=pipeline.is_deterministic(seed, is_training=is_training))
     dataset = dataset.filter(lambda keep, _: keep)
     return dataset.map(lambda _, example: example)
 
@@ -294,7 +297,7 @@ class NLIFeaturizer:
 def nli_files(data_config: NLIDataConfig, field: str) -> NLIStats:
     """Lists and scans the files of an `NLIDataConfig`; logs a summary."""
     files = list_files(data_config.input_path, field=f"{field}.input_path")
-    stats = scan_nli(files, data_config.cross_lingual, field=f"{field}.input_path")
+    stats = scan_nli(files, cross_lingual=data_config.cross_lingual, field=f"{field}.input_path")
     logging.info("NLI %s: %d files%s; %s %d lines: %d examples (entailment %d, neutral %d, "
                  "contradiction %d), %d malformed", field, len(files),
                  " (cross-lingual)" if data_config.cross_lingual else "",
@@ -304,12 +307,13 @@ def nli_files(data_config: NLIDataConfig, field: str) -> NLIStats:
 
 
 def nli_dataset(data_config: NLIDataConfig, tokenizer_config: configs.TokenizerConfig,
-                input_context=None, field: str = "task.train_data",
+                *, input_context=None, field: str = "task.train_data",
                 resume_step: int = 0, reports: Optional[list] = None) -> tf.data.Dataset:
     """The NLI input pipeline: batched, tokenised pairs with static shapes (in training,
     from `resume_step`'s batch on); the malformed-line report goes to `reports`."""
     stats = nli_files(data_config, field)
-    examples = read_nli(stats.files, data_config.cross_lingual, input_context=input_context,
+    examples = read_nli(stats.files, cross_lingual=data_config.cross_lingual,
+                        input_context=input_context,
                         is_training=bool(data_config.is_training),
                         shuffle_buffer_size=data_config.shuffle_buffer_size,
                         seed=data_config.seed, field=f"{field}.input_path", reports=reports)

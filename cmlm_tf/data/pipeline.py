@@ -30,14 +30,14 @@ def batches_to_skip(step: int, input_context=None) -> int:
     return step * input_context.num_replicas_in_sync // input_context.num_input_pipelines
 
 
-def is_deterministic(seed: Optional[int], is_training: bool) -> bool:
+def is_deterministic(seed: Optional[int], *, is_training: bool) -> bool:
     """Whether parallel stages keep their input order: with a seed (reproducible runs) and
     always in evaluation (every record once, in order); otherwise order yields to speed."""
     return seed is not None or not is_training
 
 
 def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Callable,
-                        input_context=None, field: str = "task.train_data",
+                        *, input_context=None, field: str = "task.train_data",
                         with_batch_index: bool = False,
                         resume_step: int = 0) -> tf.data.Dataset:
     """Batches `examples`, maps `featurize` over the batches in parallel, and prefetches.
@@ -75,7 +75,7 @@ def batch_and_featurize(examples: tf.data.Dataset, data_config, featurize: Calla
         examples = pad_to_full_batches(examples, batch_size)
     # Every batch has `batch_size` rows, a static shape: TPUs (and XLA) need one.
     batches = examples.batch(batch_size, drop_remainder=True)
-    deterministic = is_deterministic(data_config.seed, is_training)
+    deterministic = is_deterministic(data_config.seed, is_training=is_training)
 
     def featurize_batch(batch, index):
         if pad:

@@ -98,7 +98,7 @@ def describe_files(files: Sequence[str]) -> str:
 
 
 def no_valid_records(files: Sequence[str], field: str, what: str, records: int,
-                     malformed: int, unit: str, complete: bool = True,
+                     *, malformed: int, unit: str, complete: bool = True,
                      first_problem: Optional[str] = None) -> ValueError:
     """The error for files that hold no valid record, naming the config field; `complete`
     is False when only the first `records` were read."""
@@ -125,7 +125,7 @@ class MalformedReport:
     """
 
     def __init__(self, kind: str, field: str, explain: Callable[[bytes], str],
-                 where: str = "line", max_examples: int = 5,
+                 *, where: str = "line", max_examples: int = 5,
                  reports: Optional[List["MalformedReport"]] = None):
         self.kind, self.field, self.explain, self.where = kind, field, explain, where
         self.max_examples = max_examples
@@ -135,7 +135,7 @@ class MalformedReport:
         if reports is not None:
             reports.append(self)
 
-    def note(self, path: bytes, number: int, raw: bytes, count: int = 1,
+    def note(self, path: bytes, number: int, raw: bytes, *, count: int = 1,
              reason: Optional[str] = None) -> None:
         """Counts `count` malformed records starting at `number` of `path` (host side)."""
         with self._lock:
@@ -167,7 +167,7 @@ class MalformedReport:
         """Reports `count` (> 0) undecodable records from `first` on; returns True."""
         def report():
             def host(p, n, c):
-                self.note(p.numpy(), int(n.numpy()), b"", int(c.numpy()), explanation)
+                self.note(p.numpy(), int(n.numpy()), b"", count=int(c.numpy()), reason=explanation)
                 return True
             return tf.reshape(tf.py_function(host, [path, first, count], tf.bool), [])
         return tf.cond(count > 0, report, lambda: tf.constant(True))

@@ -79,7 +79,7 @@ def _pairs_of_file(path: tf.Tensor) -> tf.data.Dataset:
                                                     tf.strings.length(b) > 0))
 
 
-def sentence_pairs(files: Sequence[str], input_context=None, is_training: bool = True,
+def sentence_pairs(files: Sequence[str], *, input_context=None, is_training: bool = True,
                    shuffle_buffer_size: int = 10000, swap_probability: float = 0.5,
                    seed: Optional[int] = None) -> tf.data.Dataset:
     """Yields `(s1, s2)` string pairs; the order is swapped with `swap_probability`.
@@ -87,7 +87,8 @@ def sentence_pairs(files: Sequence[str], input_context=None, is_training: bool =
     Files are sharded across input pipelines (workers) when there are enough of them, else
     the pairs are.
     """
-    dataset = interleave_files(files, _pairs_of_file, input_context, is_training, seed)
+    dataset = interleave_files(files, _pairs_of_file, input_context=input_context,
+                               is_training=is_training, seed=seed)
     if is_training and shuffle_buffer_size > 1:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
     if swap_probability > 0:
@@ -121,7 +122,7 @@ class ConditionalMLMFeaturizer(masking.MaskingFeaturizer):
 
 
 def cmlm_dataset(data_config: CMLMDataConfig, tokenizer_config: configs.TokenizerConfig,
-                 input_context=None, field: str = "task.train_data",
+                 *, input_context=None, field: str = "task.train_data",
                  resume_step: int = 0) -> tf.data.Dataset:
     """The CMLM input pipeline for `task.train_data` / `task.validation_data` (`field`; in
     training, from `resume_step`'s batch on)."""

@@ -7,6 +7,8 @@ scheduler or CI runner may start it) keeps it ignored: the block installs no han
 Ctrl-C neither stops it nor is recorded, as the process that started it asked."""
 
 import contextlib
+import signal
+import threading
 
 
 class StopRequest:
@@ -20,15 +22,12 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def deferred_ctrl_c(second_interrupts: bool = True):
+def deferred_ctrl_c(*, second_interrupts: bool = True):
     """Inside the block, Ctrl-C (SIGINT) only records the request (the yielded object is
     true once it came); the caller stops where it is safe. With `second_interrupts`, a
     second Ctrl-C interrupts at once; otherwise every one waits for the block's end.
     Outside the main thread (no signal handlers there), and where SIGINT is ignored,
     nothing changes. The handler found before the block is the one after it."""
-    import signal
-    import threading
-
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -42,7 +42,7 @@ class Heartbeat:
     """
 
     def __init__(self, train_steps: int, global_batch_size: int,
-                 interval: float = HEARTBEAT_SECONDS, chunk_seconds: float = CHUNK_SECONDS,
+                 *, interval: float = HEARTBEAT_SECONDS, chunk_seconds: float = CHUNK_SECONDS,
                  clock=time.perf_counter, log=None):
         self.train_steps = train_steps
         self.global_batch_size = global_batch_size
@@ -74,7 +74,7 @@ class Heartbeat:
         # At most 4x the last chunk: one fast chunk does not commit to a long one.
         return max(1, min(remaining, steps, 4 * self._chunk_steps))
 
-    def after(self, step: int, loop_end: bool = False) -> None:
+    def after(self, step: int, *, loop_end: bool = False) -> None:
         """Called after each chunk with the global step reached."""
         now = self.clock()
         start_time, start_step = self._chunk_start

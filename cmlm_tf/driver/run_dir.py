@@ -18,7 +18,7 @@ from typing import Optional
 
 from absl import logging
 
-from cmlm_tf.files import locks
+from cmlm_tf.files import disk, locks
 
 # What `python -m cmlm_tf.train --mode` does in the directory.
 MODES = ("train", "eval", "train_and_eval")
@@ -89,8 +89,6 @@ class RunLock:
         leaves an empty lock. Where hard links are not supported, the lock is created
         exclusively and removed again if writing the record fails.
         """
-        from cmlm_tf.files import disk
-
         temp = f"{self.path}.tmp-{os.getpid()}"
         try:
             with disk.reporting_disk_full(self.path):
@@ -155,11 +153,9 @@ def write_params(params, model_dir: str) -> str:
     a temporary name and renamed: a full disk (one error naming the file) leaves the previous
     `params.yaml` as it was.
     """
-    from absl import logging
     from official.modeling import hyperparams
 
     from cmlm_tf import config_files
-    from cmlm_tf.files import disk
 
     recorded = params.replace()  # an unlocked copy
     config_files.bundled_paths_as_given(recorded)
@@ -177,8 +173,6 @@ def write_params(params, model_dir: str) -> str:
 
 def record_evaluation(model_dir: str, step: int) -> None:
     """Records that the final evaluation of `step` finished (`evaluated_step`)."""
-    from cmlm_tf.files import disk
-
     path = os.path.join(model_dir, EVALUATED_FILE)
     if not locks.is_local(model_dir):  # object stores write whole files
         import tensorflow as tf

@@ -9,15 +9,18 @@ early, the final evaluation remembered, the training input freed in the backgrou
 errors come before TensorFlow.
 """
 
+import atexit
 import contextlib
 import os
 import re
+import threading
 import time
 
 import tensorflow as tf
 from absl import logging
 
 from cmlm_tf import distributed
+from cmlm_tf.data import records
 from cmlm_tf.driver import checkpoint_manager, chunked_trainer, run_checkpoints, run_dir
 from cmlm_tf.runtime import internals
 
@@ -119,9 +122,6 @@ def release_in_background(box: list, what: str):
     TensorFlow when the interpreter finalises could crash the exit. `console_main` ends the
     process without that teardown, so it waits for nothing.
     """
-    import atexit
-    import threading
-
     def release():
         started = time.perf_counter()
         box.clear()
@@ -173,8 +173,6 @@ def _plain(value) -> str:
 def report_malformed_records(model_dir: str, step: int, reports: list) -> None:
     """Logs how many malformed records the input pipelines skipped and writes each count
     as a `input/malformed_records/<field>` summary (TensorBoard, under `model_dir/train`)."""
-    from cmlm_tf.data import records
-
     totals = records.log_totals(reports)
     if not totals or not distributed.is_chief():
         return

@@ -132,7 +132,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
     check_evaluable(params, model_dir, mode)
     started = time.perf_counter()
     training = "train" in mode
-    lock = lock_run_dir(model_dir, training)
+    lock = lock_run_dir(model_dir, training=training)
     log = run_dir.log_file(os.path.join(model_dir, run_dir.LOG_FILE) if training and
                        distributed.is_chief() and locks.is_local(model_dir) else None)
     log.__enter__()
@@ -149,7 +149,7 @@ def run(params, model_dir: str, mode: str = "train", strategy=None):
             return None, {}
         params = prepare_vocabulary(params, model_dir)
         task, trainer, result = train_and_evaluate(params, model_dir, mode, strategy,
-                                                   start_step)
+                                                   start_step=start_step)
         if training:
             report_finished(model_dir, task, trainer, started)
         return result
@@ -175,7 +175,7 @@ def check_evaluable(params, model_dir: str, mode: str) -> None:
                      "(--mode=train), or name the weights in task.init_checkpoint")
 
 
-def lock_run_dir(model_dir: str, training: bool):
+def lock_run_dir(model_dir: str, *, training: bool):
     """The run directory's lock, held when this process trains as the chief (which creates
     the directory first)."""
     lock = run_dir.RunLock(model_dir)
@@ -200,7 +200,7 @@ def latest_checkpoint(model_dir: str):
     return run_checkpoints.latest_checkpoint(model_dir)
 
 
-def train_and_evaluate(params, model_dir: str, mode: str, strategy, start_step: int):
+def train_and_evaluate(params, model_dir: str, mode: str, strategy, *, start_step: int):
     """Builds the strategy, task and trainer, and runs them from `start_step`; returns
     (task, trainer, the runner's result)."""
     training = "train" in mode

@@ -215,7 +215,7 @@ def rescore(queries: np.ndarray, keys: np.ndarray, candidate_ids: np.ndarray,
 
 
 def rescore_shortlists(queries: np.ndarray, keys: np.ndarray, ids: np.ndarray, k: int,
-                       block_rows: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+                       *, block_rows: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
     """`rescore` of every query's shortlist `ids` (int64 [n, c]; -1 or ids past the keys:
     empty), in blocks of `block_rows` queries so the gathered keys of a block stay in cache.
     A query left with fewer than k distinct keys is searched exactly (`knn.top_k`)."""
@@ -232,7 +232,7 @@ def rescore_shortlists(queries: np.ndarray, keys: np.ndarray, ids: np.ndarray, k
     return scores, indices
 
 
-def top_k(queries: np.ndarray, keys: np.ndarray, k: int, index: Optional[Index] = None,
+def top_k(queries: np.ndarray, keys: np.ndarray, k: int, *, index: Optional[Index] = None,
           candidates: int = DEFAULT_CANDIDATES, probes: int = DEFAULT_PROBES,
           backend: str = "faiss", block_rows: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
     """Approximate `knn.top_k(queries, keys, k)`: the same contract, exact scores.
@@ -264,7 +264,7 @@ def top_k(queries: np.ndarray, keys: np.ndarray, k: int, index: Optional[Index] 
     ids = np.concatenate([index.candidates(queries[start:start + block_rows],
                                            max(k, candidates), probes)
                           for start in range(0, queries.shape[0], block_rows)])
-    return rescore_shortlists(queries, keys, ids, k, block_rows)
+    return rescore_shortlists(queries, keys, ids, k, block_rows=block_rows)
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
@@ -281,7 +281,7 @@ def _sample_rows(count: int, sample: int, seed: int) -> np.ndarray:
 
 
 def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
-                   sample: int = CALIBRATION_SAMPLE, seed: int = 0) -> Tuple[float, int]:
+                   *, sample: int = CALIBRATION_SAMPLE, seed: int = 0) -> Tuple[float, int]:
     """(recall@k, queries sampled) of an approximate search's answer `found` (int64 [n, k],
     the neighbours of every query among `keys`) on a random sample of the queries, against
     the exact search (`knn.top_k`) of that sample."""
@@ -290,7 +290,7 @@ def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
     return recall_at_k(found[rows], exact), len(rows)
 
 
-def keep_recall(src: np.ndarray, tgt: np.ndarray, found, target: float, say,
+def keep_recall(src: np.ndarray, tgt: np.ndarray, found, target: float, *, say,
                 name: str = "ann"):
     """`found`, both directions of an approximate mining search (((cosines, indices) of each
     source's nearest targets), (the same of each target's nearest sources)), once its
@@ -317,7 +317,7 @@ def keep_recall(src: np.ndarray, tgt: np.ndarray, found, target: float, say,
 
 
 def calibrate_probes(queries: np.ndarray, keys: np.ndarray, k: int, index: Index,
-                     target: float = DEFAULT_RECALL, probes: int = DEFAULT_PROBES,
+                     *, target: float = DEFAULT_RECALL, probes: int = DEFAULT_PROBES,
                      candidates: int = DEFAULT_CANDIDATES, sample: int = CALIBRATION_SAMPLE,
                      seed: int = 0) -> Tuple[int, float]:
     """The fewest probes, from `probes` growing by half up to every partition, whose recall@k

@@ -9,13 +9,13 @@ refitted on the whole training set, is scored on the test set.
 from typing import Dict, Optional, Sequence
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_score
 
 C_GRID = tuple(2.0**power for power in range(-2, 5))
 
 
 def _classifier(c: float):
-    from sklearn.linear_model import LogisticRegression
-
     return LogisticRegression(C=c, max_iter=2000)
 
 
@@ -29,7 +29,7 @@ def _folds(labels: np.ndarray, max_folds: int) -> int:
 
 
 def probe_accuracy(train_x: np.ndarray, train_y: Sequence, test_x: np.ndarray,
-                   test_y: Sequence, dev_x: Optional[np.ndarray] = None,
+                   test_y: Sequence, *, dev_x: Optional[np.ndarray] = None,
                    dev_y: Optional[Sequence] = None, c_grid: Sequence[float] = C_GRID,
                    cv_folds: int = 5, seed: int = 0) -> Dict[str, object]:
     """Test accuracy of a logistic-regression probe with C chosen on dev or by CV.
@@ -45,8 +45,6 @@ def probe_accuracy(train_x: np.ndarray, train_y: Sequence, test_x: np.ndarray,
          "selection_accuracy": dev or mean CV accuracy of the chosen C,
          "num_train", "num_test", "num_labels"}.
     """
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
-
     train_y, test_y = np.asarray(train_y), np.asarray(test_y)
     if len(np.unique(train_y)) < 2:
         raise ValueError("the training set needs at least 2 distinct labels")

@@ -45,7 +45,7 @@ def _top_k_rows(similarity: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]
     return _order_candidates(scores, indices)
 
 
-def top_k(queries: np.ndarray, keys: np.ndarray, k: int, exclude_self: bool = False,
+def top_k(queries: np.ndarray, keys: np.ndarray, k: int, *, exclude_self: bool = False,
           block_bytes: int = DEFAULT_BLOCK_BYTES) -> Tuple[np.ndarray, np.ndarray]:
     """The k keys with the highest inner product with each query.
 

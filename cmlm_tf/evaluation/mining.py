@@ -59,7 +59,7 @@ class MarginCandidates:
     backward_cosines: np.ndarray
 
 
-def margin_candidates(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
+def margin_candidates(src: np.ndarray, tgt: np.ndarray, *, k: int = 4, kind: str = "ratio",
                       block_bytes: int = knn.DEFAULT_BLOCK_BYTES,
                       search: Optional[Search] = None,
                       search_both: Optional[SearchBoth] = None) -> MarginCandidates:
@@ -84,18 +84,18 @@ def margin_candidates(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = 
         (forward_cosines, forward_indices), (backward_cosines, backward_indices) = \
             search_both(src, tgt, k)
         return margin_scores(forward_cosines, forward_indices, backward_cosines,
-                             backward_indices, kind)
+                             backward_indices, kind=kind)
     if search is None:
         search = functools.partial(knn.top_k, block_bytes=block_bytes)
     forward_cosines, forward_indices = search(src, tgt, min(k, tgt.shape[0]))
     backward_cosines, backward_indices = search(tgt, src, min(k, src.shape[0]))
     return margin_scores(forward_cosines, forward_indices, backward_cosines, backward_indices,
-                         kind)
+                         kind=kind)
 
 
 def margin_scores(forward_cosines: np.ndarray, forward_indices: np.ndarray,
                   backward_cosines: np.ndarray, backward_indices: np.ndarray,
-                  kind: str = "ratio") -> MarginCandidates:
+                  *, kind: str = "ratio") -> MarginCandidates:
     """Margin scores of both sides' k-NN lists, however they were searched.
 
     Args:
@@ -157,12 +157,12 @@ def max_retrieval(candidates: MarginCandidates) -> MinedPairs:
     return MinedPairs(src_side[kept], tgt_side[kept], scores[kept])
 
 
-def mine(src: np.ndarray, tgt: np.ndarray, k: int = 4, kind: str = "ratio",
+def mine(src: np.ndarray, tgt: np.ndarray, *, k: int = 4, kind: str = "ratio",
          block_bytes: int = knn.DEFAULT_BLOCK_BYTES, search: Optional[Search] = None,
          search_both: Optional[SearchBoth] = None) -> MinedPairs:
     """Margin-scored 1-to-1 pairs of two sets of embeddings (normalised here); `search` and
     `search_both` as in `margin_candidates`."""
-    return max_retrieval(margin_candidates(unit_rows(src), unit_rows(tgt), k, kind,
+    return max_retrieval(margin_candidates(unit_rows(src), unit_rows(tgt), k=k, kind=kind,
                                            block_bytes=block_bytes, search=search,
                                            search_both=search_both))
 

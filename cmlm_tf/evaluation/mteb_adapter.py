@@ -22,6 +22,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from cmlm_tf.evaluation import sts
+
 INSTALL_HINT = "pip install 'cmlm_tf[mteb]'"
 # MTEB's name of an export is `cmlm_tf/<export folder name>` (it wants `organization/name`).
 NAME_PREFIX = "cmlm_tf/"
@@ -149,8 +151,6 @@ class MTEBEncoder:
     def similarity_pairwise(self, embeddings1, embeddings2) -> np.ndarray:
         """Cosine similarity of row i of `embeddings1` [n, dim] with row i of
         `embeddings2` [n, dim]: float32 [n]."""
-        from cmlm_tf.evaluation import sts  # SciPy: only when MTEB scores
-
         first, second = (np.atleast_2d(np.asarray(x, np.float32))
                          for x in (embeddings1, embeddings2))
         return sts.cosine_pairs(first, second).astype(np.float32)
@@ -171,7 +171,7 @@ def resolve_tasks(names: Sequence[str]):
 
 
 def evaluate_encoder(encoder: MTEBEncoder, tasks: Sequence, output_folder: str,
-                     batch_size: int = 64, overwrite: bool = False) -> Dict[str, object]:
+                     *, batch_size: int = 64, overwrite: bool = False) -> Dict[str, object]:
     """Runs MTEB tasks on a loaded export and writes MTEB's result files.
 
     Args:

@@ -40,7 +40,7 @@ def first_singular_vector(embeddings: np.ndarray) -> np.ndarray:
 
 
 def remove_component(embeddings: np.ndarray, component: np.ndarray,
-                     renormalize: bool = True) -> np.ndarray:
+                     *, renormalize: bool = True) -> np.ndarray:
     """v − (v·c) c for every row v; rows re-normalised to unit length with `renormalize`.
 
     Keeps the dtype of `embeddings` (float32 stays float32).
@@ -96,7 +96,7 @@ class PCRComponents:
         return self.components[language]
 
     def apply(self, embeddings: np.ndarray, language: str,
-              renormalize: bool = True) -> np.ndarray:
+              *, renormalize: bool = True) -> np.ndarray:
         """Removes `language`'s component from `embeddings` [..., dim]."""
         component = self.component(language)
         if np.shape(embeddings)[-1] != component.shape[0]:

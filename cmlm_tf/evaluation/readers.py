@@ -37,7 +37,7 @@ def iter_lines(path: str) -> Iterator[Tuple[int, str]]:
             yield number, text.rstrip("\n").rstrip("\r")
 
 
-def read_sentences(path: str, skip_empty: bool = False) -> List[str]:
+def read_sentences(path: str, *, skip_empty: bool = False) -> List[str]:
     """One sentence per line (the Tatoeba layout). Empty lines are kept unless `skip_empty`."""
     sentences = [text for _, text in iter_lines(path) if text.strip() or not skip_empty]
     if not sentences:
@@ -54,7 +54,7 @@ def read_aligned(src_path: str, tgt_path: str) -> Tuple[List[str], List[str]]:
     return src, tgt
 
 
-def _fields(path: str, number: int, text: str, count: int, layout: str) -> List[str]:
+def _fields(path: str, number: int, text: str, count: int, *, layout: str) -> List[str]:
     fields = text.split("\t")
     if len(fields) != count:
         raise DataError(f"{path}:{number}: expected {count} tab-separated fields ({layout}), "
@@ -71,7 +71,7 @@ def read_bitext_tsv(path: str) -> Tuple[List[str], List[str]]:
     """`source<TAB>target` per line (e.g. `../shared/data/install_guide/<lang>.tsv`)."""
     src, tgt = [], []
     for number, text in iter_lines(path):
-        source, target = _fields(path, number, text, 2, "source, target")
+        source, target = _fields(path, number, text, 2, layout="source, target")
         src.append(source)
         tgt.append(target)
     if not src:
@@ -116,7 +116,7 @@ def read_sts(path: str, file_format: str = "auto") -> Tuple[List[str], List[str]
                                 f"got {len(fields)}")
             score, s1, s2 = fields[4], fields[5], fields[6]
         else:
-            s1, s2, score = _fields(path, number, text, 3, "sentence1, sentence2, score")
+            s1, s2, score = _fields(path, number, text, 3, layout="sentence1, sentence2, score")
         scores.append(_float(path, number, score, "score"))
         first.append(s1)
         second.append(s2)
@@ -129,7 +129,7 @@ def read_id_sentences(path: str) -> Tuple[List[str], List[str]]:
     """The BUCC layout `id<TAB>sentence`; ids must be unique. Returns (ids, sentences)."""
     ids, sentences, seen = [], [], {}
     for number, text in iter_lines(path):
-        sentence_id, sentence = _fields(path, number, text, 2, "id, sentence")
+        sentence_id, sentence = _fields(path, number, text, 2, layout="id, sentence")
         if sentence_id in seen:
             raise DataError(f"{path}:{number}: duplicate id {sentence_id!r} "
                             f"(first on line {seen[sentence_id]})")
@@ -145,7 +145,7 @@ def read_gold_pairs(path: str) -> List[Tuple[str, str]]:
     """BUCC gold alignments `src_id<TAB>tgt_id`, one pair per line (duplicates collapse)."""
     pairs = []
     for number, text in iter_lines(path):
-        source, target = _fields(path, number, text, 2, "src_id, tgt_id")
+        source, target = _fields(path, number, text, 2, layout="src_id, tgt_id")
         pairs.append((source, target))
     if not pairs:
         raise DataError(f"{path}: no gold pairs")
@@ -171,7 +171,7 @@ def read_labelled(path: str) -> Tuple[List[str], List[str]]:
     """Classification data `text<TAB>label`. Returns (texts, labels)."""
     texts, labels = [], []
     for number, text in iter_lines(path):
-        sentence, label = _fields(path, number, text, 2, "text, label")
+        sentence, label = _fields(path, number, text, 2, layout="text, label")
         if not label.strip():
             raise DataError(f"{path}:{number}: empty label")
         texts.append(sentence)

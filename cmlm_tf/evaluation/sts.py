@@ -3,6 +3,7 @@
 from typing import Dict
 
 import numpy as np
+from scipy import stats
 
 from cmlm_tf.vectors import unit_rows
 
@@ -26,8 +27,6 @@ def sts_correlations(first: np.ndarray, second: np.ndarray, gold: np.ndarray) ->
     Returns:
         {"spearman": ρ, "pearson": r, "num_pairs": n}.
     """
-    from scipy import stats  # here: a quarter of a second that training does not need
-
     cosines = cosine_pairs(first, second).astype(np.float64)
     gold = np.asarray(gold, np.float64)
     if gold.shape != cosines.shape:

@@ -20,7 +20,7 @@ Encode = Callable[[Sequence[str]], np.ndarray]
 
 
 def embed_languages(encode: Encode, parts: Sequence[Tuple[str, Sequence[str]]],
-                    fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
+                    *, fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
                     ) -> Tuple[List[np.ndarray], Optional[PCRComponents]]:
     """Encodes each (language, texts) part, with optional PCR.
 
@@ -32,11 +32,11 @@ def embed_languages(encode: Encode, parts: Sequence[Tuple[str, Sequence[str]]],
     if fit_pcr and pcr is not None:
         raise ValueError("fit_pcr and pcr are exclusive: fit components or apply given ones")
     vectors = [np.asarray(encode(list(texts))) for _, texts in parts]
-    return remove_components([language for language, _ in parts], vectors, fit_pcr, pcr)
+    return remove_components([language for language, _ in parts], vectors, fit_pcr=fit_pcr, pcr=pcr)
 
 
 def remove_components(languages: Sequence[str], vectors: Sequence[np.ndarray],
-                      fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
+                      *, fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
                       ) -> Tuple[List[np.ndarray], Optional[PCRComponents]]:
     """PCR on vectors already computed: `vectors[i]` is in `languages[i]`; as
     `embed_languages` after its encoding."""
@@ -66,16 +66,16 @@ def run_sts(encode: Encode, first: Sequence[str], second: Sequence[str],
 
 
 def run_retrieval(encode: Encode, src: Sequence[str], tgt: Sequence[str],
-                  src_lang: str = "src", tgt_lang: str = "tgt", fit_pcr: bool = False,
+                  *, src_lang: str = "src", tgt_lang: str = "tgt", fit_pcr: bool = False,
                   pcr: Optional[PCRComponents] = None
                   ) -> Tuple[Dict[str, float], Optional[PCRComponents]]:
     """Top-1 retrieval accuracy both ways on aligned sentence lists."""
     (src_vectors, tgt_vectors), fitted = embed_languages(
-        encode, [(src_lang, src), (tgt_lang, tgt)], fit_pcr, pcr)
+        encode, [(src_lang, src), (tgt_lang, tgt)], fit_pcr=fit_pcr, pcr=pcr)
     return retrieval.retrieval_accuracy(src_vectors, tgt_vectors), fitted
 
 
-def mine_texts(encode: Encode, src: Sequence[str], tgt: Sequence[str], k: int = 4,
+def mine_texts(encode: Encode, src: Sequence[str], tgt: Sequence[str], *, k: int = 4,
                margin: str = "ratio", src_lang: str = "src", tgt_lang: str = "tgt",
                fit_pcr: bool = False, pcr: Optional[PCRComponents] = None,
                search: Optional[mining.Search] = None
@@ -83,12 +83,12 @@ def mine_texts(encode: Encode, src: Sequence[str], tgt: Sequence[str], k: int = 
     """Margin-scored 1-to-1 pairs (indices into `src` and `tgt`), best first; `search` as in
     `mining.margin_candidates` (default exact)."""
     (src_vectors, tgt_vectors), fitted = embed_languages(
-        encode, [(src_lang, src), (tgt_lang, tgt)], fit_pcr, pcr)
+        encode, [(src_lang, src), (tgt_lang, tgt)], fit_pcr=fit_pcr, pcr=pcr)
     return mining.mine(src_vectors, tgt_vectors, k=k, kind=margin, search=search), fitted
 
 
 def run_mining(encode: Encode, src_ids: Sequence[str], src: Sequence[str],
-               tgt_ids: Sequence[str], tgt: Sequence[str], gold: Sequence[Tuple[str, str]],
+               tgt_ids: Sequence[str], *, tgt: Sequence[str], gold: Sequence[Tuple[str, str]],
                k: int = 4, margin: str = "ratio", threshold: Optional[float] = None,
                src_lang: str = "src", tgt_lang: str = "tgt", fit_pcr: bool = False,
                pcr: Optional[PCRComponents] = None
@@ -98,7 +98,8 @@ def run_mining(encode: Encode, src_ids: Sequence[str], src: Sequence[str],
     Without `threshold`, the threshold with the best F1 is chosen on these pairs (the
     protocol's optimistic setting on a split with gold).
     """
-    pairs, fitted = mine_texts(encode, src, tgt, k, margin, src_lang, tgt_lang, fit_pcr, pcr)
+    pairs, fitted = mine_texts(encode, src, tgt, k=k, margin=margin, src_lang=src_lang,
+                               tgt_lang=tgt_lang, fit_pcr=fit_pcr, pcr=pcr)
     gold_set = set(gold)
     src_ids, tgt_ids = np.asarray(src_ids, object), np.asarray(tgt_ids, object)
     correct = np.array([(s, t) in gold_set for s, t in zip(src_ids[pairs.src_indices],
@@ -114,13 +115,13 @@ def run_mining(encode: Encode, src_ids: Sequence[str], src: Sequence[str],
     return metrics, fitted
 
 
-def run_bias(encode: Encode, texts: Mapping[str, Sequence[str]], k: int = 10,
+def run_bias(encode: Encode, texts: Mapping[str, Sequence[str]], *, k: int = 10,
              fit_pcr: bool = False, pcr: Optional[PCRComponents] = None
              ) -> Tuple[Dict[str, object], Optional[PCRComponents]]:
     """Same-language share of the k nearest pooled neighbours, per language and overall."""
     languages = list(texts)
     vectors, fitted = embed_languages(encode, [(lang, texts[lang]) for lang in languages],
-                                      fit_pcr, pcr)
+                                      fit_pcr=fit_pcr, pcr=pcr)
     return bias.same_language_share(dict(zip(languages, vectors)), k=k), fitted
 
 
@@ -133,4 +134,5 @@ def run_classify(encode: Encode, train: Tuple[Sequence[str], Sequence[str]],
     if dev is not None:
         dev_x, dev_y = np.asarray(encode(list(dev[0]))), dev[1]
     return classify.probe_accuracy(np.asarray(encode(list(train[0]))), train[1],
-                                   np.asarray(encode(list(test[0]))), test[1], dev_x, dev_y)
+                                   np.asarray(encode(list(test[0]))), test[1], dev_x=dev_x,
+                                   dev_y=dev_y)

@@ -24,7 +24,9 @@ import os
 import shutil
 from typing import Optional
 
-from cmlm_tf.export import formats, snapshot, staging
+import cmlm_tf
+from cmlm_tf import progress
+from cmlm_tf.export import formats, model_card, snapshot, staging
 from cmlm_tf.export import source as source_lib
 from cmlm_tf.export.export_metadata import FORMAT_VERSION, METADATA_FILE
 from cmlm_tf.export.formats import tf_hub
@@ -70,8 +72,6 @@ def up_to_date(export_dir: str, model_dir: str, checkpoint: Optional[str],
     """The checkpoint's name when `export_dir` is a whole export of the checkpoint that
     `model_dir` (and `checkpoint`) name now, made by this cmlm_tf version with the same
     `options` (the export's flags); else None. Reads and hashes the checkpoint."""
-    import cmlm_tf
-
     try:
         with open(os.path.join(export_dir, METADATA_FILE), encoding="utf-8") as f:
             meta = json.load(f)
@@ -128,7 +128,7 @@ def _checked_seq_length(seq_length: Optional[int], source: source_lib.ExportSour
     return seq_length
 
 
-def _build_tokenizer(model, classic_wordpiece: bool, export_dir: str, work: str):
+def _build_tokenizer(model, *, classic_wordpiece: bool, export_dir: str, work: str):
     """(tokenizer, its implementation, vocab_size), checked against the encoder's vocabulary;
     a classic WordPiece tokenizer reads a neutral copy of the vocabulary under `work`."""
     from cmlm_tf.text import tokenization
@@ -162,10 +162,9 @@ def _restore_encoder(source: source_lib.ExportSource, original: str, encoder_key
 
 
 def _metadata(source: source_lib.ExportSource, checkpoint_hash: str, encoder, module,
-              tokenizer_info: dict, options: dict, forward_error: float, staged: str) -> dict:
+              *, tokenizer_info: dict, options: dict, forward_error: float, staged: str) -> dict:
     """The export's `cmlm_tf_export.json`; `tokenizer_info`: `seq_length`, `vocab_size`
     and `implementation`."""
-    import cmlm_tf
     from cmlm_tf.export import serving
 
     model = source.model
@@ -195,8 +194,6 @@ def _metadata(source: source_lib.ExportSource, checkpoint_hash: str, encoder, mo
 
 def _write_metadata_and_card(meta: dict, staged: str, export_dir: str) -> None:
     """Writes `cmlm_tf_export.json` and the model card `README.md`."""
-    from cmlm_tf.export import model_card
-
     with staging.writing(export_dir, METADATA_FILE):
         with open(os.path.join(staged, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2)
@@ -208,16 +205,15 @@ def _write_metadata_and_card(meta: dict, staged: str, export_dir: str) -> None:
 
 
 def _write_formats(chosen, context: formats.WriteContext, source, checkpoint_hash: str,
-                   tokenizer_info: dict, options: dict) -> dict:
+                   *, tokenizer_info: dict, options: dict) -> dict:
     """Runs the writers of the `chosen` formats; returns the export's metadata. The TF Hub
     and TF Serving format comes first: the metadata describes its models, and every later
     writer adds its entry to it."""
-    from cmlm_tf.export import model_card
-
     first, *rest = chosen
     first.write(context)
     context.meta = _metadata(source, checkpoint_hash, context.encoder, context.module,
-                             tokenizer_info, options, context.forward_error, context.staged)
+                             tokenizer_info=tokenizer_info, options=options,
+                             forward_error=context.forward_error, staged=context.staged)
     context.meta["serving_models"] = {"float32": {"folder": "serving/1"}}
     context.card_description = model_card.description(context.meta)
     for export_format in rest:
@@ -242,15 +238,13 @@ def export(export_dir: str, *, model_dir: Optional[str] = None,
     `keras_hub`). A package a format needs that is missing, or a model it cannot hold, is
     refused in one line before anything is written.
     """
-    from cmlm_tf import progress
-
     chosen = formats.chosen(flags)
     formats.require(flags)
     export_dir = os.path.abspath(export_dir)
     stage = stage or progress.Stages("export")
     staging.check_export_dir(export_dir, model_dir=model_dir, hf_dir=hf_dir,
                              checkpoint=checkpoint)
-    staged = staging.start(export_dir, overwrite)
+    staged = staging.start(export_dir, overwrite=overwrite)
     try:
         work = os.path.join(staged, staging.WORK_DIR)
         stage("reading the checkpoint")
@@ -261,17 +255,17 @@ def export(export_dir: str, *, model_dir: Optional[str] = None,
         formats.check(flags, source.model)
         seq_length = _checked_seq_length(seq_length, source)
         tokenizer, implementation, vocab_size = _build_tokenizer(
-            source.model, classic_wordpiece, export_dir, work)
+            source.model, classic_wordpiece=classic_wordpiece, export_dir=export_dir, work=work)
         stage("restoring the encoder")
         context = formats.WriteContext(
             encoder=_restore_encoder(source, original, encoder_key), model=source.model,
             tokenizer=tokenizer, seq_length=seq_length, staged=staged,
             export_dir=export_dir, stage=stage)
         meta = _write_formats(chosen, context, source, checkpoint_hash,
-                              {"seq_length": seq_length, "vocab_size": vocab_size,
-                               "implementation": implementation}, options)
+                              tokenizer_info={"seq_length": seq_length, "vocab_size": vocab_size,
+                               "implementation": implementation}, options=options)
         _write_metadata_and_card(meta, staged, export_dir)
-        staging.publish(staged, export_dir, overwrite)
+        staging.publish(staged, export_dir, overwrite=overwrite)
         stage.done()
     except BaseException:
         stage.done()

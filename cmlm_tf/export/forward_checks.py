@@ -3,6 +3,10 @@ writes them: the float32 inference forward against the Keras encoder it was buil
 (`check_forward`), and each other precision's forward against float32's
 (`check_precision`)."""
 
+import numpy as np
+
+from cmlm_tf.vectors import l2_normalize_array
+
 # The inference forward must reproduce the Keras encoder's pooled output within this, or
 # the export stops (a layout the forward does not read correctly).
 FORWARD_TOLERANCE = 1e-4
@@ -17,7 +21,6 @@ PROBE_TEXTS = ["A man is playing a guitar.", "", "Un hombre toca la guitarra en 
 def check_forward(encoder, module) -> float:
     """Largest |forward - encoder| pooled difference on probe texts, relative to the
     encoder's largest value; raises if above `FORWARD_TOLERANCE`."""
-    import numpy as np
     import tensorflow as tf
 
     tokens = module.tokenize(tf.constant(PROBE_TEXTS))
@@ -35,8 +38,6 @@ def check_precision(reference, module) -> float:
     """Lowest cosine, on probe texts, between `module`'s vectors (its own precision) and
     `reference`'s float32 ones; raises if below `PRECISION_MIN_COSINE`."""
     import tensorflow as tf
-
-    from cmlm_tf.vectors import l2_normalize_array
 
     tokens = reference.tokenize(tf.constant(PROBE_TEXTS))
     expected = reference.pooled_float32(**tokens).numpy()

@@ -101,7 +101,7 @@ def _type_list(dtypes) -> tf.compat.v1.AttrValue:
         type=[dtype.as_datatype_enum for dtype in dtypes]))
 
 
-def _fused_matmul(inputs: Quantized, kernel, column_scale, bias, fused_ops,
+def _fused_matmul(inputs: Quantized, kernel, column_scale, bias, *, fused_ops,
                   output_range=None, constant_kernel: bool = True):
     """oneDNN's `_QuantizedMatMul`: float32 out, or (`output_range` given) uint8 out over
     that range, as `Quantized`."""
@@ -159,7 +159,7 @@ class Int8Dense(tf.Module):
     """
 
     def __init__(self, kernel, bias=None, name: str = "int8_dense",
-                 constant_kernel: bool = True):
+                 *, constant_kernel: bool = True):
         super().__init__(name=name)
         if not available():
             raise Int8Unavailable(
@@ -230,5 +230,5 @@ class Int8Dense(tf.Module):
         else:
             fused_ops.append("Dequantize")
         kernel = tf.bitcast(graph_kernel(self.kernel), tf.qint8)
-        return _fused_matmul(inputs, kernel, self.column_scale, self.bias, fused_ops,
-                             output_range, constant_kernel=self.constant_kernel)
+        return _fused_matmul(inputs, kernel, self.column_scale, self.bias, fused_ops=fused_ops,
+                             output_range=output_range, constant_kernel=self.constant_kernel)

@@ -7,7 +7,8 @@ The preset is written from the sentence-transformers folder of the same export
 (`sentence_transformers_folder.py`), in a child process (`python -m
 cmlm_tf.export.keras_hub_preset REQUEST RESULT`, `KERAS_BACKEND=tensorflow`): cmlm_tf itself
 runs on tf_keras and never imports Keras 3. The child reads the folder with KerasHub's own
-Hugging Face converter and saves
+Hugging Face converter and saves (the XLM-R family as its `XLMRoberta` classes instead:
+`keras_hub_xlmr.py`)
 
 - the encoder as `BertBackbone` (`config.json`, `model.weights.h5`);
 - the vocabulary as `BertTokenizer` (`tokenizer.json`, `assets/tokenizer/vocabulary.txt`) with
@@ -23,9 +24,10 @@ Hugging Face converter and saves
 KerasHub's tokenizer cannot give BERT's ids on every text: it lower-cases by NFKC case folding
 (full-width forms, ligatures, `ß`, final sigma and recomposed Hangul and Indic vowel signs
 change) and splits words at format and control characters, which BERT deletes. The child
-measures it: the share of probe texts whose ids differ from the folder's own tokenizer (which
-the tests hold equal to cmlm_tf's preprocessor), and which kinds of text (`PROBE_KINDS`)
-differ. `card_lines` puts both in the model card.
+measures it: the share of natural texts whose ids differ from the folder's own tokenizer
+(which the tests hold equal to cmlm_tf's preprocessor; by default the bundled verses of
+`natural_probe_texts`), and the share of the hard samples of `PROBE_KINDS` and which of those
+kinds differ. `card_lines` puts both shares, each named, in the model card.
 """
 
 import importlib.util
@@ -36,9 +38,21 @@ import sys
 import tempfile
 from typing import Optional
 
-__all__ = ["FOLDER", "PROBE_KINDS", "card_lines", "check_representable", "pooling_lines",
-           "require_keras_hub", "write_preset"]
+import numpy as np
+from safetensors.numpy import load_file
+
+from cmlm_tf.export import keras_hub_xlmr
+from cmlm_tf.runtime import tf_logs
+
+__all__ = ["FOLDER", "NATURAL_PROBE", "PROBE_KINDS", "card_lines", "check_representable",
+           "natural_probe_texts", "pooling_lines", "require_keras_hub", "vector_lines",
+           "write_preset"]
 FOLDER = "keras_hub"  # inside OUT/
+# The natural text the mismatch is measured on when the caller gives none: both sides of the
+# first held-out verse pairs bundled with the package (English and Spanish).
+_NATURAL_PROBE_PAIRS = 50
+NATURAL_PROBE = (f"both sides of the first {_NATURAL_PROBE_PAIRS} English-Spanish verse pairs "
+                 "of the bundled cmlm_tf/data/corpus/bible_en_es_heldout.tsv")
 PROJECTION_FILE = "projection.npz"
 # Kinds of text, a few short samples each, on which BERT's normaliser and KerasHub's
 # tokenizer options are told apart (the model card lists the kinds whose ids differ).
@@ -81,22 +95,33 @@ def require_keras_hub() -> None:
                          'extra: pip install "cmlm_tf[keras_hub]"')
 
 
+def natural_probe_texts() -> list:
+    """The texts of `NATURAL_PROBE`: each pair's English verse, then its Spanish one."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                        "corpus", "bible_en_es_heldout.tsv")
+    with open(path, encoding="utf-8") as f:
+        pairs = [line.rstrip("\n").split("\t") for _, line in zip(range(_NATURAL_PROBE_PAIRS), f)]
+    return [text for pair in pairs for text in pair]
+
+
 def _check_backbone(tokenizer_type: str, hidden_activation: str, flag: str) -> None:
-    if tokenizer_type != "wordpiece":
+    if tokenizer_type not in ("wordpiece", keras_hub_xlmr.TOKENIZER_TYPE):
         raise ValueError(f"{flag}: the {tokenizer_type} tokenizer (task.model.tokenizer.type) "
-                         "has no KerasHub BertTokenizer; only WordPiece vocabularies are "
-                         "written")
+                         "has no KerasHub tokenizer; only WordPiece vocabularies "
+                         "(BertTokenizer) and XLM-R's SentencePiece model "
+                         "(XLMRobertaTokenizer) are written")
     if hidden_activation not in _GELU:
         raise ValueError(f"{flag}: hidden_activation {hidden_activation!r} "
-                         "(task.model.encoder) has no KerasHub BertBackbone equivalent, which "
+                         "(task.model.encoder) has no KerasHub backbone equivalent, which "
                          "runs GELU only")
 
 
 def check_representable(model, flag: str = "--keras_hub") -> None:
     """Raises ValueError, one line starting with `flag`, when `model` (a
-    `SentenceModelConfig`) has a part a KerasHub BERT preset cannot hold: what the
+    `SentenceModelConfig`) has a part a KerasHub preset cannot hold: what the
     sentence-transformers folder it is written from cannot hold, a tokenizer other than
-    WordPiece (XLM-R's SentencePiece too), or an activation other than GELU."""
+    WordPiece or XLM-R's SentencePiece (a BERT encoder's SentencePiece too), or an activation
+    other than GELU."""
     # Imported here: the exporter's module imports TensorFlow, which `--help` does without.
     from cmlm_tf.export import sentence_transformers_folder as st_folder
 
@@ -122,6 +147,8 @@ def _layout(st_folder: str) -> tuple:
         "pooling": encoder["pooling"], "normalize": encoder["normalize"], "dense": None,
         "backbone": {"class": "BertBackbone", "notes": _backbone_notes(encoder)},
     }
+    if metadata["tokenizer_type"] == keras_hub_xlmr.TOKENIZER_TYPE:
+        layout.update(keras_hub_xlmr.layout_parts(metadata, f"--keras_hub: {st_folder}"))
     if metadata["dense"]:
         layout["dense"] = {"file": PROJECTION_FILE, "activation": metadata["dense"]["activation"],
                            "size": metadata["dense"]["size"]}
@@ -140,26 +167,24 @@ def _backbone_notes(encoder: dict) -> list:
 
 def _write_projection(dense: dict, path: str) -> None:
     """The Dense module's weights as `projection.npz`: `kernel` [in, out] and `bias` [out]."""
-    import numpy as np
-    from safetensors.numpy import load_file
-
     tensors = load_file(dense["weights"])
     kernel = np.ascontiguousarray(tensors["linear.weight"].T.astype(np.float32))
     bias = tensors.get("linear.bias", np.zeros(kernel.shape[1], np.float32))
     np.savez(path, kernel=kernel, bias=bias.astype(np.float32))
 
 
-def write_preset(st_folder: str, out_folder: str, *, probe_texts: Optional[list] = None) -> dict:
+def write_preset(st_folder: str, out_folder: str, *, probe_texts: Optional[list] = None,
+                 probe_name: str = "given at export") -> dict:
     """Writes the KerasHub preset of the sentence-transformers folder `st_folder` into the new
     folder `out_folder`; returns what the export's metadata records of it: the folder's
     name, the keras-hub and Keras versions, the tokenizer's options, the pooling, whether the
-    vectors are normalised, the Dense projection (None or its file, activation and size), and
-    `id_mismatch`: how many of `probe_texts` (by default the samples of `PROBE_KINDS`) the
-    preset tokenizes differently from the folder, and which `PROBE_KINDS` differ."""
+    vectors are normalised, the Dense projection (None or its file, activation and size),
+    `id_mismatch`: how many natural texts the preset tokenizes differently from the folder
+    (`probe_texts`, described by `probe_name`; by default `natural_probe_texts()`), and
+    `kind_mismatch`: how many of the hard samples of `PROBE_KINDS`, and which kinds differ."""
     layout, dense = _layout(st_folder)
     require_keras_hub()
-    texts = list(probe_texts) if probe_texts is not None else \
-        [text for samples in PROBE_KINDS.values() for text in samples]
+    texts = list(probe_texts) if probe_texts is not None else natural_probe_texts()
     os.makedirs(out_folder)
     if dense:
         _write_projection(dense, os.path.join(out_folder, PROJECTION_FILE))
@@ -176,12 +201,13 @@ def write_preset(st_folder: str, out_folder: str, *, probe_texts: Optional[list]
         with open(result, encoding="utf-8") as f:
             measured = json.load(f)
     differing = measured["differing"]
+    samples = sum(len(kind_samples) for kind_samples in PROBE_KINDS.values())
     entry = {"folder": FOLDER, "keras_hub": measured["keras_hub"], "keras": measured["keras"],
              **layout, "embedder": dense is None,
-             "id_mismatch": {"probe": "kind samples" if probe_texts is None else "given",
-                             "texts": len(texts), "differing": len(differing),
-                             "share": len(differing) / len(texts) if texts else 0.0,
+             "id_mismatch": {"probe": NATURAL_PROBE if probe_texts is None else probe_name,
+                             **_counts(len(texts), len(differing)),
                              "examples": [texts[i][:40] for i in differing[:3]]},
+             "kind_mismatch": _counts(samples, measured["differing_samples"]),
              "differing_kinds": measured["differing_kinds"],
              "agreeing_kinds": [kind for kind in PROBE_KINDS
                                 if kind not in measured["differing_kinds"]]}
@@ -189,6 +215,10 @@ def write_preset(st_folder: str, out_folder: str, *, probe_texts: Optional[list]
         f.write("\n".join(["# Sentence encoder exported by cmlm_tf, as a KerasHub preset", "",
                            *card_lines(entry), ""]))
     return entry
+
+
+def _counts(texts: int, differing: int) -> dict:
+    return {"texts": texts, "differing": differing, "share": differing / texts if texts else 0.0}
 
 
 def _child_env() -> dict:
@@ -202,8 +232,6 @@ def _child_env() -> dict:
 
 def _last_line(stderr: str) -> str:
     """The child's last line of its own on stderr (TensorFlow's C++ log lines skipped)."""
-    from cmlm_tf.runtime import tf_logs
-
     lines = [line.strip() for line in stderr.splitlines() if line.strip()
              and tf_logs.cpp_log_severity(line.encode()) is None]
     return lines[-1] if lines else "the child process ended without a message"
@@ -224,19 +252,33 @@ def pooling_lines(entry: dict) -> list:
     return lines
 
 
+def vector_lines(entry: dict) -> list:
+    """The model card's lines from the preprocessor's `inputs` and the `backbone` to the
+    sentence `vectors`: the backbone's sequence output as `hidden`, the padding mask as
+    `mask`, then `pooling_lines`."""
+    call = keras_hub_xlmr.HIDDEN if entry["backbone"]["class"] == keras_hub_xlmr.BACKBONE \
+        else 'backbone(inputs)["sequence_output"]'
+    return [f"hidden = keras.ops.convert_to_numpy({call})",
+            'mask = keras.ops.convert_to_numpy(inputs["padding_mask"]).astype("float32")'
+            "[:, :, None]", *pooling_lines(entry)]
+
+
 def card_lines(entry: dict) -> list:
     """The model card's KerasHub section for the metadata `entry` of `write_preset`: how to
     load the preset, the lines that make sentence vectors of the backbone's outputs, and the
-    measured share of texts whose token ids differ from the model's."""
+    measured shares of texts whose token ids differ from the model's, on natural text and on
+    the hard samples of `PROBE_KINDS`, each named."""
     tokenizer, mismatch = entry["tokenizer"], entry["id_mismatch"]
+    options = f"lowercase {tokenizer['lowercase']}, strip_accents {tokenizer['strip_accents']}" \
+        if "lowercase" in tokenizer else "the model's own SentencePiece model"
     lines = [
         "## KerasHub",
         "",
         f"`{entry['folder']}/` is a KerasHub preset (keras-hub {entry['keras_hub']}, Keras 3 on "
-        "TensorFlow or PyTorch): a `BertBackbone`, a `BertTokenizer` (lowercase "
-        f"{tokenizer['lowercase']}, strip_accents {tokenizer['strip_accents']}) and a "
-        f"preprocessor that packs texts into {entry['sequence_length']} tokens. The sentence "
-        "vector is the backbone's output, pooled as the model pools it:",
+        f"TensorFlow or PyTorch): the backbone `{entry['backbone']['class']}`, the tokenizer "
+        f"`{tokenizer['class']}` ({options}) and a preprocessor that packs texts into "
+        f"{entry['sequence_length']} tokens. The sentence vector is the backbone's output, "
+        "pooled as the model pools it:",
         "",
         "```python",
         "import os",
@@ -249,9 +291,7 @@ def card_lines(entry: dict) -> list:
         "backbone = keras_hub.models.Backbone.from_preset(preset)",
         "preprocessor = keras_hub.models.TextEmbedderPreprocessor.from_preset(preset)",
         'inputs = preprocessor(["Anne was very happy.", "She felt great joy."])',
-        'hidden = keras.ops.convert_to_numpy(backbone(inputs)["sequence_output"])',
-        'mask = keras.ops.convert_to_numpy(inputs["padding_mask"]).astype("float32")[:, :, None]',
-        *pooling_lines(entry),
+        *vector_lines(entry),
         "```",
         "",
     ]
@@ -264,12 +304,19 @@ def card_lines(entry: dict) -> list:
     notes = entry.get("backbone", {}).get("notes") or []
     if notes:
         lines += [f"In the backbone, {'; '.join(notes)}.", ""]
-    probe = "the samples of the kinds below" if mismatch.get("probe") == "kind samples" \
-        else "given at export"
-    lines.append(f"KerasHub's tokenizer does not give the model's token ids on every text: on "
-                 f"{mismatch['texts']} probe texts ({probe}), they differed on "
-                 f"{mismatch['differing']} ({100 * mismatch['share']:.1f}%).")
-    if entry["differing_kinds"]:
+    kinds = entry["kind_mismatch"]
+    summary = "gave the model's token ids on every probe text" if not (
+        mismatch["differing"] or kinds["differing"]) else \
+        "does not give the model's token ids on every text"
+    lines += [f"KerasHub's tokenizer {summary}. On "
+              f"natural text, {mismatch['texts']} texts ({mismatch['probe']}), they differed "
+              f"on {mismatch['differing']} ({100 * mismatch['share']:.1f}%). On hard samples, "
+              f"{kinds['texts']} short texts of the kinds below where the two tokenizers can "
+              f"part ways, they differed on {kinds['differing']} "
+              f"({100 * kinds['share']:.1f}%)."]
+    if entry["differing_kinds"] and "lowercase" not in tokenizer:
+        lines.append(f"Texts with these differ: {', '.join(entry['differing_kinds'])}.")
+    elif entry["differing_kinds"]:
         folding = "lower-cases by NFKC case folding and " if tokenizer["lowercase"] else ""
         lines.append(f"Texts with these differ: {', '.join(entry['differing_kinds'])} "
                      f"(KerasHub {folding}splits words at format and control characters, "
@@ -281,8 +328,6 @@ def card_lines(entry: dict) -> list:
 
 def _tokenizer_ids(preprocessor, texts: list) -> list:
     """The token ids of `texts` through a KerasHub preprocessor, padding dropped."""
-    import numpy as np
-
     ids = []
     for start in range(0, len(texts), 64):
         packed = preprocessor(texts[start:start + 64])
@@ -304,13 +349,17 @@ def _build_in_child(request: dict) -> dict:
         request["layout"]
     options = layout["tokenizer"]
     backbone = keras_hub.models.Backbone.from_preset(st_folder)
-    tokenizer = keras_hub.models.BertTokenizer(
-        vocabulary=os.path.join(st_folder, "vocab.txt"), lowercase=options["lowercase"],
-        strip_accents=options["strip_accents"], split_on_cjk=options["split_on_cjk"])
-    preprocessor = keras_hub.models.BertTextEmbedderPreprocessor(
-        tokenizer, sequence_length=layout["sequence_length"])
+    if layout["backbone"]["class"] == keras_hub_xlmr.BACKBONE:
+        preprocessor, embedder = keras_hub_xlmr.build_preprocessor(keras_hub, st_folder, layout)
+    else:
+        tokenizer = keras_hub.models.BertTokenizer(
+            vocabulary=os.path.join(st_folder, "vocab.txt"), lowercase=options["lowercase"],
+            strip_accents=options["strip_accents"], split_on_cjk=options["split_on_cjk"])
+        preprocessor = keras_hub.models.BertTextEmbedderPreprocessor(
+            tokenizer, sequence_length=layout["sequence_length"])
+        embedder = keras_hub.models.BertTextEmbedder
     if layout["dense"] is None:
-        keras_hub.models.BertTextEmbedder(
+        embedder(
             backbone, preprocessor, pooling_mode=layout["pooling"],
             normalize=layout["normalize"]).save_to_preset(out_folder)
     else:
@@ -324,10 +373,11 @@ def _build_in_child(request: dict) -> dict:
         return [i for i, (a, b) in enumerate(zip(_tokenizer_ids(preprocessor, texts), theirs))
                 if a != b]
 
+    kinds = {kind: len(differing(samples)) for kind, samples in request["kinds"].items()}
     return {"keras_hub": keras_hub.__version__, "keras": keras.__version__,
             "differing": differing(request["texts"]) if request["texts"] else [],
-            "differing_kinds": [kind for kind, samples in request["kinds"].items()
-                                if differing(samples)]}
+            "differing_samples": sum(kinds.values()),
+            "differing_kinds": [kind for kind, count in kinds.items() if count]}
 
 
 def _main(request_file: str, result_file: str) -> None:

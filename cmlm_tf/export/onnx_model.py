@@ -96,7 +96,7 @@ class _GraphBuilder:
         return names[0] if outputs == 1 else names
 
 
-def _linear(graph: _GraphBuilder, x: str, tensors: dict, prefix: str, int8: bool) -> str:
+def _linear(graph: _GraphBuilder, x: str, tensors: dict, prefix: str, *, int8: bool) -> str:
     """x [..., in] @ W.T + b of Transformers' Linear `prefix` (weight [out, in])."""
     kernel = np.ascontiguousarray(tensors[f"{prefix}.weight"].T)
     bias = graph.const(f"{prefix}.bias", tensors[f"{prefix}.bias"])
@@ -148,7 +148,7 @@ def _activation(graph: _GraphBuilder, x: str, activation: str, prefix: str) -> s
     return graph.op("Mul", [half_x, one_plus], f"{prefix}/gelu")
 
 
-def _layer_norm(graph: _GraphBuilder, x: str, tensors: dict, prefix: str, eps: float) -> str:
+def _layer_norm(graph: _GraphBuilder, x: str, tensors: dict, prefix: str, *, eps: float) -> str:
     return graph.op("LayerNormalization", [x, graph.const(f"{prefix}.weight",
                                                           tensors[f"{prefix}.weight"]),
                                            graph.const(f"{prefix}.bias",
@@ -157,7 +157,7 @@ def _layer_norm(graph: _GraphBuilder, x: str, tensors: dict, prefix: str, eps: f
 
 
 def _embeddings(graph: _GraphBuilder, tensors: dict, eps: float, position_offset: int,
-                token_type_input: bool) -> str:
+                *, token_type_input: bool) -> str:
     """Word + position + token type embeddings, layer-normalised: [batch, seq, hidden].
     Positions are `position_offset` + 0, 1, ...; without `token_type_input`, every token
     has type 0."""
@@ -183,17 +183,17 @@ def _embeddings(graph: _GraphBuilder, tensors: dict, eps: float, position_offset
                                 "embeddings/positions")
     summed = graph.op("Add", [graph.op("Add", [words, types], "embeddings/words_types"),
                               position_vectors], "embeddings/sum")
-    return _layer_norm(graph, summed, tensors, "embeddings.LayerNorm", eps)
+    return _layer_norm(graph, summed, tensors, "embeddings.LayerNorm", eps=eps)
 
 
-def _attention(graph: _GraphBuilder, x: str, mask_bias: str, tensors: dict, prefix: str,
+def _attention(graph: _GraphBuilder, x: str, mask_bias: str, tensors: dict, *, prefix: str,
                heads: int, hidden: int, int8: bool) -> str:
     """Multi-head self-attention of layer `prefix`, before its residual: [batch, seq, hidden]."""
     head_dim = hidden // heads
     split = graph.const(f"{prefix}/split_shape", np.array([0, 0, heads, head_dim], np.int64))
 
     def heads_of(name, perm):
-        projected = _linear(graph, x, tensors, f"{prefix}.attention.self.{name}", int8)
+        projected = _linear(graph, x, tensors, f"{prefix}.attention.self.{name}", int8=int8)
         if name == "query":  # scaled before the product, as Keras' attention does
             projected = graph.op("Mul", [projected, graph.const(
                 f"{prefix}/query_scale", np.float32(1 / math.sqrt(head_dim)))],
@@ -213,7 +213,7 @@ def _attention(graph: _GraphBuilder, x: str, mask_bias: str, tensors: dict, pref
                        f"{prefix}/context_split", perm=[0, 2, 1, 3])
     context = graph.op("Reshape", [context, graph.const(
         f"{prefix}/merge_shape", np.array([0, 0, hidden], np.int64))], f"{prefix}/context")
-    return _linear(graph, context, tensors, f"{prefix}.attention.output.dense", int8)
+    return _linear(graph, context, tensors, f"{prefix}.attention.output.dense", int8=int8)
 
 
 def _mask_bias(graph: _GraphBuilder) -> str:
@@ -227,7 +227,7 @@ def _mask_bias(graph: _GraphBuilder) -> str:
                     "mask/bias_4d")
 
 
-def bert_graph(tensors: Dict[str, np.ndarray], encoder_config, int8: bool = False, *,
+def bert_graph(tensors: Dict[str, np.ndarray], encoder_config, *, int8: bool = False,
                position_offset: int = 0, token_type_input: bool = True):
     """The `onnx.ModelProto` of Transformers' `BertModel` with `tensors` (Transformers' names,
     `bert_weights.hf_bert_tensors`) and the sizes of `encoder_config` (an `EncoderConfig`):
@@ -239,19 +239,20 @@ def bert_graph(tensors: Dict[str, np.ndarray], encoder_config, int8: bool = Fals
     heads, hidden = encoder_config.num_attention_heads, encoder_config.hidden_size
     eps = encoder_config.layer_norm_epsilon
     graph = _GraphBuilder()
-    x = _embeddings(graph, tensors, eps, position_offset, token_type_input)
+    x = _embeddings(graph, tensors, eps, position_offset, token_type_input=token_type_input)
     mask_bias = _mask_bias(graph)
     for index in range(encoder_config.num_layers):
         prefix = f"encoder.layer.{index}"
-        attended = _attention(graph, x, mask_bias, tensors, prefix, heads, hidden, int8)
+        attended = _attention(graph, x, mask_bias, tensors, prefix=prefix, heads=heads,
+                              hidden=hidden, int8=int8)
         x = _layer_norm(graph, graph.op("Add", [attended, x], f"{prefix}/attention_residual"),
-                        tensors, f"{prefix}.attention.output.LayerNorm", eps)
+                        tensors, f"{prefix}.attention.output.LayerNorm", eps=eps)
         inner = _activation(graph, _linear(graph, x, tensors, f"{prefix}.intermediate.dense",
-                                           int8),
+                                           int8=int8),
                             encoder_config.hidden_activation, f"{prefix}/intermediate")
-        output = _linear(graph, inner, tensors, f"{prefix}.output.dense", int8)
+        output = _linear(graph, inner, tensors, f"{prefix}.output.dense", int8=int8)
         x = _layer_norm(graph, graph.op("Add", [output, x], f"{prefix}/output_residual"),
-                        tensors, f"{prefix}.output.LayerNorm", eps)
+                        tensors, f"{prefix}.output.LayerNorm", eps=eps)
     graph.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"],
                                         name="last_hidden_state"))
     axes = ["batch_size", "sequence_length"]

@@ -30,6 +30,7 @@ import shutil
 from typing import Optional
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from cmlm_tf.export import onnx_model, xlmr_tokenizer_json
 from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
@@ -121,7 +122,7 @@ def _xlmr_transformer(tensors: dict, encoder_config) -> tuple:
     return tensors, config
 
 
-def tokenizer_json(vocab: list, lower_case: bool) -> dict:
+def tokenizer_json(vocab: list, *, lower_case: bool) -> dict:
     """The `tokenizers` library's description of BERT's WordPiece tokenizer over `vocab`:
     Hugging Face's BERT normalisation, BERT's pre-tokenizer, WordPiece with `##`, and
     `[CLS] text [SEP]` around each text."""
@@ -171,9 +172,10 @@ def _write_json(path: str, value) -> None:
         f.write("\n")
 
 
-def _write_tokenizer(folder: str, vocab_file: str, lower_case: bool, seq_length: int) -> None:
+def _write_tokenizer(folder: str, vocab_file: str, *, lower_case: bool, seq_length: int) -> None:
     vocab = _read_vocab(vocab_file)
-    _write_json(os.path.join(folder, "tokenizer.json"), tokenizer_json(vocab, lower_case))
+    _write_json(os.path.join(folder, "tokenizer.json"), tokenizer_json(vocab,
+                                                                       lower_case=lower_case))
     shutil.copyfile(vocab_file, os.path.join(folder, "vocab.txt"))
     _write_json(os.path.join(folder, "special_tokens_map.json"), _SPECIAL_TOKENS)
     _write_json(os.path.join(folder, "tokenizer_config.json"), {
@@ -186,8 +188,6 @@ def _write_tokenizer(folder: str, vocab_file: str, lower_case: bool, seq_length:
 def _write_modules(folder: str, encoder, encoder_config) -> list:
     """The modules after the Transformer: Pooling, then a Dense projection and Normalize
     where the encoder has them; returns `modules.json`'s entries."""
-    from safetensors.numpy import save_file
-
     modules = [{"idx": 0, "name": "0", "path": "",
                 "type": "sentence_transformers.models.Transformer"}]
     os.makedirs(os.path.join(folder, "1_Pooling"))
@@ -221,14 +221,12 @@ def _write_modules(folder: str, encoder, encoder_config) -> list:
     return modules
 
 
-def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str = "",
-                 dim: Optional[int] = None, *, onnx: bool = False) -> dict:
+def write_folder(folder: str, encoder, model, seq_length: int, *, card_lines: str = "",
+                 dim: Optional[int] = None, onnx: bool = False) -> dict:
     """Writes the sentence-transformers folder of `encoder` (a `SentenceEncoder` built from
     `model.encoder`, `model` a `SentenceModelConfig` whose vocabulary file is readable) into
     the new folder `folder`, with `onnx`, its ONNX models too (`onnx_model.write_onnx`);
     returns what the export's metadata records of it."""
-    from safetensors.numpy import save_file
-
     check_representable(model)
     os.makedirs(folder)
     tensors = bert_weights.hf_bert_tensors(encoder)
@@ -239,8 +237,8 @@ def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str =
         vocab = _read_vocab(model.tokenizer.vocab_file)
         config = _bert_config(model.encoder, vocab.index(_SPECIAL_TOKENS["pad_token"])
                               if _SPECIAL_TOKENS["pad_token"] in vocab else 0)
-        _write_tokenizer(folder, model.tokenizer.vocab_file, model.tokenizer.lower_case,
-                         seq_length)
+        _write_tokenizer(folder, model.tokenizer.vocab_file, lower_case=model.tokenizer.lower_case,
+                         seq_length=seq_length)
     save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     _write_json(os.path.join(folder, "config.json"), config)
     modules = _write_modules(folder, encoder, model.encoder)
@@ -256,11 +254,11 @@ def write_folder(folder: str, encoder, model, seq_length: int, card_lines: str =
     if onnx:
         written["onnx"] = onnx_model.write_onnx(os.path.join(folder, onnx_model.FOLDER),
                                                 tensors, model.encoder)
-    write_readme(folder, model, seq_length, dim, card_lines, onnx=onnx)
+    write_readme(folder, model, seq_length, dim, card_lines=card_lines, onnx=onnx)
     return written
 
 
-def write_readme(folder: str, model, seq_length: int, dim: Optional[int], card_lines: str, *,
+def write_readme(folder: str, model, seq_length: int, dim: Optional[int], *, card_lines: str,
                  onnx: bool = False) -> None:
     """Writes (or rewrites, once the ONNX models are in) the folder's `README.md`
     (`model_card`)."""

@@ -85,7 +85,7 @@ class ServingModule(tf.Module):
     """
 
     def __init__(self, forward: InferenceForward, tokenizer, seq_length: int,
-                 bucket_rows: int = BUCKET_ROWS, precision: str = "float32"):
+                 *, bucket_rows: int = BUCKET_ROWS, precision: str = "float32"):
         super().__init__(name="serving")
         if bucket_rows < 1:
             raise ValueError(f"bucket_rows must be at least 1, got {bucket_rows}")
@@ -103,7 +103,7 @@ class ServingModule(tf.Module):
             # export checks its forwards with, through this module's own tokenizer.
             forward.calibrate_int8(**self.tokenize(tf.constant(CALIBRATION_TEXTS)))
 
-        def pooled_function(precision: str, bucketed: bool):
+        def pooled_function(precision: str, *, bucketed: bool):
             @tf.function(input_signature=TOKEN_ID_SPECS)
             def pooled(input_word_ids, input_mask, input_type_ids):
                 return self.pooled(*self.checked_token_ids(
@@ -150,7 +150,7 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(checks):
             return [tf.identity(tensor) for tensor in inputs]
 
-    def pooled(self, input_word_ids, input_mask, input_type_ids, precision: Optional[str] = None,
+    def pooled(self, input_word_ids, input_mask, input_type_ids, *, precision: Optional[str] = None,
                bucketed: bool = True) -> tf.Tensor:
         """The forward's pooled output, float [batch, dim], not normalised, in `precision`
         (default: the module's); in length buckets of `bucket_rows` rows unless `bucketed`

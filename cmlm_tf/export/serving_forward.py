@@ -88,12 +88,12 @@ class _TransformerLayer(tf.Module):
     """One post-norm Transformer layer's weights, in the layout the forward uses."""
 
     def __init__(self, block, kernels: dict, precisions: Tuple[str, ...], name: str,
-                 constant_kernels: bool):
+                 *, constant_kernels: bool):
         super().__init__(name=name)
         # One set of dense weights per precision, cast (or quantized) once here rather than
         # per call: (kernel, bias), or an `Int8Dense`.
         self.dense = {precision: {key: _dense_weights(kernel, bias, precision,
-                                                      constant_kernels)
+                                                      constant_kernels=constant_kernels)
                                   for key, (kernel, bias) in kernels.items()}
                       for precision in precisions}
         parts = internals.encoder_block_parts(block)
@@ -131,7 +131,7 @@ def _kernel_bytes(kernels, precisions) -> int:
                for precision in precisions)
 
 
-def _dense_weights(kernel, bias, precision: str, constant_kernels: bool):
+def _dense_weights(kernel, bias, precision: str, *, constant_kernels: bool):
     """(kernel, bias), or an `Int8Dense`; the kernel a NumPy array (a graph constant when
     traced, `graph_kernel`) where `constant_kernels` and the precision allow, else a
     variable."""
@@ -285,7 +285,7 @@ class InferenceForward(tf.Module):
         return forward
 
     def _forward(self, input_word_ids, input_mask, input_type_ids, precision: str,
-                 observe: bool = False):
+                 *, observe: bool = False):
         # `observe`: the float32 layers in place of the int8 ones, observing their inputs
         # (`calibrate_int8`).
         dense_call = _observed_dense if observe else _dense
@@ -329,7 +329,7 @@ class InferenceForward(tf.Module):
         return pooled
 
     def in_length_buckets(self, input_word_ids, input_mask, input_type_ids,
-                          precision: str = "float32",
+                          *, precision: str = "float32",
                           bucket_rows: int = BUCKET_ROWS) -> tf.Tensor:
         """The forward on a batch of mixed lengths, run in sub-batches of similar length.
 

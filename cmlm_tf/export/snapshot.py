@@ -3,6 +3,7 @@ export's work folder, so a trainer that prunes it meanwhile cannot take them, an
 (`checkpoint_sha256`), so the metadata names exactly the weights exported."""
 
 import errno
+import hashlib
 import os
 import shutil
 from typing import Callable, Optional, Tuple
@@ -31,8 +32,6 @@ def checkpoint_sha256(prefix: str) -> str:
     Raises FileNotFoundError when the checkpoint has no files: the hash of nothing would
     name no checkpoint.
     """
-    import hashlib
-
     import tensorflow as tf
 
     files = checkpoint_files(prefix)

@@ -11,6 +11,8 @@ import os
 import tempfile
 from typing import Optional
 
+import yaml
+
 DEFAULT_SEQ_LENGTH = 128
 
 
@@ -42,8 +44,6 @@ def base_name(path: str) -> str:
 
 
 def _read_yaml(path: str) -> dict:
-    import yaml
-
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}

@@ -29,7 +29,7 @@ def check_export_dir(export_dir: str, **sources: Optional[str]) -> None:
                                {f"--{flag}": path for flag, path in sources.items()})
 
 
-def check_replaceable(export_dir: str, overwrite: bool) -> None:
+def check_replaceable(export_dir: str, *, overwrite: bool) -> None:
     """Refuses an existing OUT without `overwrite`, and with it anything but an export
     (`cmlm_tf_export.json`) or an empty folder (`output_folders.check_output`)."""
     output_folders.check_output(export_dir, "--export_dir", marker=METADATA_FILE,
@@ -41,7 +41,7 @@ def writing(export_dir: str, name: str):
     return disk.reporting_disk_full(os.path.join(export_dir, name) if name else export_dir)
 
 
-def start(export_dir: str, overwrite: bool) -> str:
+def start(export_dir: str, *, overwrite: bool) -> str:
     """Restores an export a killed swap left aside, refuses an OUT it may not replace
     (`check_replaceable`), and returns a new staging folder beside OUT."""
     parent = os.path.dirname(export_dir)
@@ -49,16 +49,16 @@ def start(export_dir: str, overwrite: bool) -> str:
         os.makedirs(parent, exist_ok=True)
     with locks.folder_lock(parent):
         staged_folder.restore_interrupted(export_dir)
-    check_replaceable(export_dir, overwrite)
+    check_replaceable(export_dir, overwrite=overwrite)
     with disk.reporting_disk_full(export_dir):
         return staged_folder.owned_tempdir(export_dir)
 
 
-def publish(staging: str, export_dir: str, overwrite: bool) -> None:
+def publish(staging: str, export_dir: str, *, overwrite: bool) -> None:
     """Drops the work folder and swaps the finished staging folder into OUT."""
     shutil.rmtree(os.path.join(staging, WORK_DIR), ignore_errors=True)
     with writing(export_dir, ""):
-        staged_folder.replace_dir(staging, export_dir, overwrite)
+        staged_folder.replace_dir(staging, export_dir, overwrite=overwrite)
 
 
 def remove_stale(export_dir: str) -> None:

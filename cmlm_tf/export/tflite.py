@@ -27,10 +27,14 @@ command lines set it to hide INFO and WARNING lines unless the user set it).
 import contextlib
 import os
 import sys
+import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_text
+from ai_edge_litert import interpreter as litert
+from tensorflow.lite.python import schema_py_generated as schema
 
 from cmlm_tf.export import serving as serving_lib
 from cmlm_tf.runtime import internals, tf_logs
@@ -71,8 +75,6 @@ def _functions(module: "serving_lib.ServingModule") -> Dict[str, object]:
 
 def convert(module: "serving_lib.ServingModule", quantization: str) -> bytes:
     """One TFLite flatbuffer with every signature of `_functions`, named as in serving/1."""
-    import tempfile
-
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     functions = _functions(module)
@@ -92,8 +94,6 @@ def convert(module: "serving_lib.ServingModule", quantization: str) -> bytes:
 
 def custom_ops(flatbuffer: bytes) -> List[str]:
     """The custom op names a TFLite flatbuffer uses (kernels an interpreter must register)."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
     model = schema.ModelT.InitFromPackedBuf(bytearray(flatbuffer), 0)
     names = {code.customCode.decode("utf-8") for code in model.operatorCodes
              if code.customCode}
@@ -132,9 +132,6 @@ def load_interpreter(path: str, num_threads: Optional[int] = None):
     `get_signature_runner("serving_default")` (text) or
     `get_signature_runner("from_token_ids")` on it.
     """
-    import tensorflow_text
-    from ai_edge_litert import interpreter as litert
-
     # LiteRT announces its default CPU delegate on stderr from C++, whatever the log level.
     # The delegate is applied when tensors are first allocated: done here, quietly.
     with _without_stderr_lines(_DELEGATE_NOTICE):
@@ -152,8 +149,6 @@ _DELEGATE_NOTICE = "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
 def _without_stderr_lines(notice: str):
     """Inside the block, what native code writes to file descriptor 2 is held back; after
     it, every line but `notice` is written to stderr (errors still reach the user)."""
-    import tempfile
-
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:

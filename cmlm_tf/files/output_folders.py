@@ -183,7 +183,7 @@ def remote_work_folder(parent: str, prefix: str) -> str:
     return f"{parent.rstrip('/')}/{prefix}{writer_tag()}-{os.urandom(4).hex()}"
 
 
-def remove_work(folder: str, parent: str, parent_made: bool) -> None:
+def remove_work(folder: str, parent: str, *, parent_made: bool) -> None:
     """Removes the local work folder `folder`, and its `parent` too when this run made it
     and nothing else is in it."""
     shutil.rmtree(folder, ignore_errors=True)

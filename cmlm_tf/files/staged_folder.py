@@ -103,7 +103,7 @@ def remove_stale(target: str, what: str = "export") -> List[str]:
     return removed
 
 
-def replace_dir(new: str, target: str, overwrite: bool = True) -> None:
+def replace_dir(new: str, target: str, *, overwrite: bool = True) -> None:
     """Moves `new` to `target`; an old `target` is removed only once `new` is in place.
 
     A process killed between the two renames leaves the old folder in

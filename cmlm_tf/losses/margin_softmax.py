@@ -64,7 +64,7 @@ METRICS = {"source_to_target_accuracy": "source_to_target_correct",
            "ranking_loss": "ranking_loss"}
 
 
-def _masked_logits(similarity, positive, duplicates, margin, scale):
+def _masked_logits(similarity, positive, duplicates, margin, *, scale):
     """scale · (cos − margin at the positive); duplicates of the positive are excluded."""
     logits = scale * (similarity - margin * positive)
     if duplicates is not None:
@@ -76,7 +76,7 @@ def _masked_logits(similarity, positive, duplicates, margin, scale):
 def additive_margin_softmax_loss(
     source: tf.Tensor,
     target: tf.Tensor,
-    margin: float = 0.3,
+    *, margin: float = 0.3,
     scale: float = 100.0,
     hard_negatives: Optional[tf.Tensor] = None,
     source_ids: Optional[tf.Tensor] = None,
@@ -122,10 +122,10 @@ def additive_margin_softmax_loss(
     positive = tf.one_hot(labels, global_batch, dtype=tf.float32)
     duplicates = _duplicate_columns(source_ids, target_ids, gather)
     columns, row_positive, row_duplicates = _with_hard_negatives(
-        all_target, positive, duplicates, hard_negatives, gather)
+        all_target, positive, duplicates, hard_negatives, gather=gather)
 
     forward, forward_correct = _direction_loss(source, columns, row_positive, row_duplicates,
-                                               labels, margin, scale)
+                                               labels=labels, margin=margin, scale=scale)
     outputs = {
         "source_to_target_loss": forward,
         "source_to_target_correct": forward_correct,
@@ -134,7 +134,7 @@ def additive_margin_softmax_loss(
     loss = outputs["source_to_target_loss"]
     if bidirectional:
         backward, backward_correct = _direction_loss(target, all_source, positive, duplicates,
-                                                     labels, margin, scale)
+                                                     labels=labels, margin=margin, scale=scale)
         outputs["target_to_source_loss"] = backward
         outputs["target_to_source_correct"] = backward_correct
         loss += outputs["target_to_source_loss"]
@@ -157,7 +157,7 @@ def _duplicate_columns(source_ids: Optional[tf.Tensor], target_ids: Optional[tf.
 
 def _with_hard_negatives(all_target: tf.Tensor, positive: tf.Tensor,
                          duplicates: Optional[tf.Tensor], hard_negatives: Optional[tf.Tensor],
-                         gather) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
+                         *, gather) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
     """The source → target softmax's columns, positives and duplicates: the global batch's
     targets, followed by every replica's hard negatives (never positive, never duplicate)."""
     if hard_negatives is None:
@@ -175,12 +175,12 @@ def _with_hard_negatives(all_target: tf.Tensor, positive: tf.Tensor,
 
 
 def _direction_loss(queries: tf.Tensor, columns: tf.Tensor, positive: tf.Tensor,
-                    duplicates: Optional[tf.Tensor], labels: tf.Tensor, margin: float,
+                    duplicates: Optional[tf.Tensor], *, labels: tf.Tensor, margin: float,
                     scale: float) -> Tuple[tf.Tensor, tf.Tensor]:
     """One direction's softmax over `columns`: (mean cross-entropy, float [batch] whether
     the positive has the highest cosine)."""
     cosines = tf.matmul(queries, columns, transpose_b=True)
-    logits = _masked_logits(cosines, positive, duplicates, margin, scale)
+    logits = _masked_logits(cosines, positive, duplicates, margin, scale=scale)
     loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
     return tf.reduce_mean(loss), _is_top(cosines, positive, duplicates, labels)
 
@@ -242,7 +242,7 @@ class AdditiveMarginSoftmax(tf_keras.layers.Layer):
         The dict of `additive_margin_softmax_loss`; `loss` is the scalar to minimise.
     """
 
-    def __init__(self, margin: float = 0.3, scale: float = 100.0, bidirectional: bool = True,
+    def __init__(self, margin: float = 0.3, scale: float = 100.0, *, bidirectional: bool = True,
                  cross_replica_negatives: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.margin = margin

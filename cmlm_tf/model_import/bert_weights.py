@@ -8,6 +8,7 @@ import re
 from typing import Dict
 
 import numpy as np
+from safetensors.numpy import load_file
 
 # Tensors a sentence encoder never uses; anything else unknown is an error.
 _IGNORED = (re.compile(r"^embeddings\.position_ids$"), re.compile(r"^pooler\.dense\."))
@@ -20,7 +21,7 @@ def _split_heads(kernel: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def map_hf_tensors(tensors: Dict[str, np.ndarray], num_layers: int, num_heads: int,
-                    source: str, position_offset: int = 0) -> Dict[str, np.ndarray]:
+                    source: str, *, position_offset: int = 0) -> Dict[str, np.ndarray]:
     """Returns {BertEncoderV2 weight path: value} for every tensor of the HF encoder (BERT or
     XLM-RoBERTa, whose position rows before `position_offset` are dropped)."""
     mapped = {}
@@ -153,8 +154,6 @@ def assign_bert_weights(encoder, mapped: Dict[str, np.ndarray], source: str) -> 
 
 
 def load_safetensors(path: str) -> Dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
     try:
         return load_file(path)
     except Exception as e:  # safetensors raises its own error types

@@ -11,6 +11,10 @@ import os
 import re
 from typing import Tuple
 
+import tensorflow as tf
+from official.legacy.bert import configs as bert_configs
+from official.nlp.tools import export_tfhub_lib
+
 from cmlm_tf.model_import import bert_weights, hf_folder, pooled_bert
 
 BERT_CONFIG_FILE = "bert_config.json"
@@ -23,8 +27,6 @@ _CHECKPOINT_ACTIVATIONS = {"gelu": "gelu_approx", "gelu_new": "gelu_approx",
 
 def checkpoint_prefix(folder: str) -> str:
     """The checkpoint beside `bert_config.json`: the folder's latest, else its one `*.index`."""
-    import tensorflow as tf
-
     latest = tf.train.latest_checkpoint(folder)
     if latest:
         return latest
@@ -38,8 +40,6 @@ def checkpoint_prefix(folder: str) -> str:
 
 def checkpoint_family(prefix: str) -> Tuple[str, str]:
     """(`tf1_checkpoint` or `tf2_checkpoint`, prefix) by the checkpoint's variable names."""
-    import tensorflow as tf
-
     try:
         names = [name for name, _ in tf.train.list_variables(prefix)]
     except (tf.errors.OpError, ValueError) as e:
@@ -90,7 +90,7 @@ def read_checkpoint(family: str, prefix: str):
     else:
         mapped, pooler = _tf2_tensors(prefix, config_path)
     encoder = pooled_bert.build_pooled_encoder(fields, mapped, pooler, prefix)
-    return encoder, pooled_bert.import_meta(fields, pooled_bert.is_uncased(vocab)), vocab
+    return encoder, pooled_bert.import_meta(fields, lower_case=pooled_bert.is_uncased(vocab)), vocab
 
 
 def _tf1_tensors(prefix: str, fields: dict):
@@ -98,8 +98,6 @@ def _tf1_tensors(prefix: str, fields: dict):
     [in, out], ...), renamed to Hugging Face's (which were made from them) and mapped as
     `convert_hf_bert` maps those. The MLM and NSP heads, `global_step` and optimizer slots are
     left out."""
-    import tensorflow as tf
-
     reader = tf.train.load_checkpoint(prefix)
     hf_names, pooler = {}, {}
     for name in reader.get_variable_to_shape_map():
@@ -123,10 +121,6 @@ def _tf1_tensors(prefix: str, fields: dict):
 def _tf2_tensors(prefix: str, config_path: str):
     """Model Garden's TF2 checkpoint, read as Model Garden reads it (`export_tfhub_lib`): a
     `BertEncoder` restored from `model` or `encoder`."""
-    import tensorflow as tf
-    from official.legacy.bert import configs as bert_configs
-    from official.nlp.tools import export_tfhub_lib
-
     bert = export_tfhub_lib.get_bert_encoder(bert_configs.BertConfig.from_json_file(config_path))
     try:
         tf.train.Checkpoint(model=bert, encoder=bert).read(

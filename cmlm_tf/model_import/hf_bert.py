@@ -32,18 +32,17 @@ pooling mode) is refused with one line naming the file and the field.
 
 import os
 
+from cmlm_tf import configs
 from cmlm_tf.model_import import bert_weights, hf_folder, import_folder
+from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.text import tokenization
 
 
-def convert(hf_dir: str, output_dir: str, overwrite: bool = False) -> str:
+def convert(hf_dir: str, output_dir: str, *, overwrite: bool = False) -> str:
     """Converts `hf_dir` into the import folder `output_dir`
     (`cmlm_tf.model_import.import_folder`; an existing one is replaced only with `overwrite`);
     returns the path of `warm_start.yaml`."""
-    output_dir = import_folder.check_output(output_dir, overwrite)  # before the slow part
-    import tensorflow as tf  # noqa: F401  (imported late so --help stays fast)
-
-    from cmlm_tf import configs
-    from cmlm_tf.modeling import sentence_encoder
+    output_dir = import_folder.check_output(output_dir, overwrite=overwrite)  # before the slow part
 
     meta = hf_folder.read_hf_metadata(hf_dir)
     weights_path = os.path.join(meta["transformer_dir"], "model.safetensors")
@@ -52,8 +51,6 @@ def convert(hf_dir: str, output_dir: str, overwrite: bool = False) -> str:
     tensors = bert_weights.load_safetensors(weights_path)
     encoder_config = configs.EncoderConfig(**meta["encoder"])
     if meta["tokenizer_type"] == "xlmr_sentencepiece":
-        from cmlm_tf.text import tokenization
-
         sp_model = hf_folder.sentencepiece_model(meta["transformer_dir"])
         # Models that took XLM-R's vocabulary may have spare embedding rows after it.
         vocab_size = tokenization.XlmrSentencepieceTokenizer(sp_model).vocab_size
@@ -77,5 +74,5 @@ def convert(hf_dir: str, output_dir: str, overwrite: bool = False) -> str:
 
     tokenizer_file = sp_model if meta["tokenizer_type"] == "xlmr_sentencepiece" else vocab
     return import_folder.write(encoder, meta, tokenizer_file, output_dir,
-                               {"source_dir": os.path.abspath(hf_dir),
+                               source={"source_dir": os.path.abspath(hf_dir),
                                 "family": "hugging_face"}, overwrite=overwrite)

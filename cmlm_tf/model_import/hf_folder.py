@@ -37,7 +37,7 @@ HF_ACTIVATION_NAMES = {"gelu_exact": "gelu", "gelu_approx": "gelu_new", "relu": 
                        "swish": "silu"}
 
 
-def read_json(path: str, required: bool = False, kind: type = dict) -> Optional[dict]:
+def read_json(path: str, *, required: bool = False, kind: type = dict) -> Optional[dict]:
     """The JSON value of `path` (an object, or `kind`); None when absent and not required."""
     if not os.path.exists(path):
         if required:
@@ -57,7 +57,7 @@ def read_json(path: str, required: bool = False, kind: type = dict) -> Optional[
 _REQUIRED = object()
 
 
-def checked_number(config: dict, path: str, name: str, default=_REQUIRED, integer: bool = True,
+def checked_number(config: dict, path: str, name: str, *, default=_REQUIRED, integer: bool = True,
             minimum: float = 1, maximum: Optional[float] = None):
     """`config[name]` checked: an int (or a number), within [minimum, maximum]; the error
     reads `FILE: FIELD: what is wrong`."""
@@ -167,7 +167,8 @@ def _encoder_settings(config: dict, config_path: str) -> tuple:
         raise ValueError(f"{config_path}: model_type {model_type!r} is not supported "
                          f"({', '.join(MODEL_TYPES)})")
     # RoBERTa numbers positions from its padding id + 1.
-    position_offset = checked_number(config, config_path, "pad_token_id", 1, minimum=0) + 1 \
+    position_offset = checked_number(config, config_path, "pad_token_id", default=1,
+                                     minimum=0) + 1 \
         if model_type == "xlm-roberta" else 0
     act = config.get("hidden_act", "gelu")
     if act not in _HF_ACTIVATIONS:
@@ -177,7 +178,7 @@ def _encoder_settings(config: dict, config_path: str) -> tuple:
     if hidden_size % heads:
         raise ValueError(f"{config_path}: hidden_size: {hidden_size} is not a multiple of "
                          f"num_attention_heads {heads}")
-    positions = checked_number(config, config_path, "max_position_embeddings", 512,
+    positions = checked_number(config, config_path, "max_position_embeddings", default=512,
                                minimum=position_offset + 1)
     probability = {"integer": False, "minimum": 0, "maximum": 1}
     encoder = {
@@ -188,16 +189,16 @@ def _encoder_settings(config: dict, config_path: str) -> tuple:
         "intermediate_size": checked_number(config, config_path, "intermediate_size"),
         "hidden_activation": _HF_ACTIVATIONS[act],
         "max_position_embeddings": positions - position_offset,
-        "type_vocab_size": checked_number(config, config_path, "type_vocab_size", 2),
-        "dropout_rate": checked_number(config, config_path, "hidden_dropout_prob", 0.1,
+        "type_vocab_size": checked_number(config, config_path, "type_vocab_size", default=2),
+        "dropout_rate": checked_number(config, config_path, "hidden_dropout_prob", default=0.1,
                                        **probability),
         "attention_dropout_rate": checked_number(config, config_path,
-                                                 "attention_probs_dropout_prob", 0.1,
+                                                 "attention_probs_dropout_prob", default=0.1,
                                                  **probability),
-        "initializer_range": checked_number(config, config_path, "initializer_range", 0.02,
+        "initializer_range": checked_number(config, config_path, "initializer_range", default=0.02,
                                             integer=False, minimum=0),
         "layer_norm_epsilon": float(checked_number(config, config_path, "layer_norm_eps",
-                                                   1e-12, integer=False, minimum=0)),
+                                                   default=1e-12, integer=False, minimum=0)),
         "pooling": "cls",
         "projection_size": 0,
         "projection_activation": "linear",
@@ -260,14 +261,15 @@ def read_hf_metadata(hf_dir: str) -> dict:
         "lower_case": bool(lower_case),
         "position_offset": position_offset,
         "max_seq_length": _max_seq_length(st_config, st_path, tokenizer_config,
-                                          tokenizer_path, encoder["max_position_embeddings"]),
+                                          tokenizer_path,
+                                          positions=encoder["max_position_embeddings"]),
         "transformer_dir": transformer_dir,
         "dense": dense,
     }
 
 
 def _max_seq_length(st_config: dict, st_path: str, tokenizer_config: dict,
-                    tokenizer_path: str, positions: int) -> Optional[int]:
+                    tokenizer_path: str, *, positions: int) -> Optional[int]:
     """sentence-transformers' `max_seq_length`, which must fit the position table; else the
     tokenizer's `model_max_length` (capped at the table: Hugging Face writes a huge number
     for "no limit"); else None."""

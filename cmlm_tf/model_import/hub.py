@@ -8,6 +8,7 @@ converted one on the same ids, and the import is refused if no candidate reprodu
 """
 
 import numpy as np
+import tensorflow as tf
 
 from cmlm_tf.model_import import hf_folder, pooled_bert
 
@@ -20,8 +21,6 @@ _MATCH_TOLERANCE = 1e-4
 def read_hub(folder: str):
     """A TF Hub BERT encoder: weights by Model Garden's variable names, the shape of the
     network from the weights, the activation and epsilon from running it."""
-    import tensorflow as tf
-
     try:
         loaded = tf.saved_model.load(folder)
     except (tf.errors.OpError, ValueError, OSError) as e:
@@ -64,7 +63,7 @@ def read_hub(folder: str):
             got = encoder(inputs, training=False)["pooled_output"].numpy()
             error = float(np.abs(got - expected).max())
             if error < _MATCH_TOLERANCE:
-                return encoder, pooled_bert.import_meta(fields, lower_case), vocab
+                return encoder, pooled_bert.import_meta(fields, lower_case=lower_case), vocab
             tried.append(f"{activation}/{epsilon:g}: {error:.2g}")
     raise ValueError(f"{folder}: no activation and LayerNorm epsilon reproduce the encoder's "
                      f"pooled_output (largest difference {'; '.join(tried)})")
@@ -72,8 +71,6 @@ def read_hub(folder: str):
 
 def _probe_inputs(vocab_size: int, type_vocab_size: int) -> dict:
     """Two rows of 24 ids (the second padded after 15) covering the vocabulary's range."""
-    import tensorflow as tf
-
     rng = np.random.default_rng(0)
     ids = rng.integers(0, vocab_size, size=(2, 24)).astype(np.int32)
     mask = np.ones_like(ids)

@@ -19,8 +19,12 @@ import os
 import shutil
 from typing import Optional
 
+import tensorflow as tf
+import yaml
+
 from cmlm_tf import config_files, configs
 from cmlm_tf.files import disk, locks, output_folders, staged_folder
+from cmlm_tf.modeling import sentence_encoder
 
 WARM_START_FILE = "warm_start.yaml"
 SOURCE_FILE = "source.json"
@@ -34,7 +38,7 @@ class ImportFolderError(ValueError):
     """An import folder that is incomplete or inconsistent; the message names the file."""
 
 
-def check_output(output_dir: str, overwrite: bool) -> str:
+def check_output(output_dir: str, *, overwrite: bool) -> str:
     """The absolute `output_dir` once it may be written: it does not exist, or `overwrite`
     is set and it is an import folder (or empty; `output_folders.check_output`). Restores
     or removes, with a warning, what an interrupted import left beside it."""
@@ -48,7 +52,7 @@ def check_output(output_dir: str, overwrite: bool) -> str:
     return output_dir
 
 
-def write(encoder, meta: dict, tokenizer, output_dir: str, source: dict,
+def write(encoder, meta: dict, tokenizer, output_dir: str, *, source: dict,
           overwrite: bool = False) -> str:
     """Writes an imported `encoder` as the folder `output_dir`, whole or not at all.
 
@@ -65,24 +69,20 @@ def write(encoder, meta: dict, tokenizer, output_dir: str, source: dict,
     Returns:
         The path of `warm_start.yaml` in the published folder.
     """
-    output_dir = check_output(output_dir, overwrite)
+    output_dir = check_output(output_dir, overwrite=overwrite)
     with disk.reporting_disk_full(output_dir):
         staging = staged_folder.owned_tempdir(output_dir)
     try:
         with disk.reporting_disk_full(output_dir):
-            _write_files(staging, encoder, meta, tokenizer, source)
-        staged_folder.replace_dir(staging, output_dir, overwrite)
+            _write_files(staging, encoder, meta, tokenizer, source=source)
+        staged_folder.replace_dir(staging, output_dir, overwrite=overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return os.path.join(output_dir, WARM_START_FILE)
 
 
-def _write_files(staging: str, encoder, meta: dict, tokenizer, source: dict) -> None:
-    import yaml
-
-    from cmlm_tf.modeling import sentence_encoder
-
+def _write_files(staging: str, encoder, meta: dict, tokenizer, *, source: dict) -> None:
     sentence_encoder.write_encoder_checkpoint(encoder, staging, CHECKPOINT_NAME)
     if meta["tokenizer_type"] == "xlmr_sentencepiece":
         tokenizer_name = SP_MODEL_FILE
@@ -120,9 +120,6 @@ def check(folder: str, config: Optional[dict] = None) -> dict:
     Raises:
         ImportFolderError: naming the missing or inconsistent file.
     """
-    import tensorflow as tf
-    import yaml
-
     folder = os.path.abspath(folder)  # resolved paths are then absolute, relative ones too
     warm_start = os.path.join(folder, WARM_START_FILE)
     if config is None:

@@ -26,6 +26,8 @@ capitalised token (BERT's uncased vocabularies have none).
 import os
 from typing import Tuple
 
+from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
+from cmlm_tf.inference import METADATA_FILE
 from cmlm_tf.model_import import checkpoints, hf_bert, hub, import_folder
 
 # What `detect` tells apart -> how an export's README names it.
@@ -68,9 +70,6 @@ def _cmlm_tf_export(path: str):
     """The cmlm_tf export `path` is, or is a folder of (`serving/1`, `encoder`,
     `preprocessor`), or None. An export's sentence-transformers folder is a Hugging Face
     folder like any other: None."""
-    from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
-    from cmlm_tf.inference import METADATA_FILE
-
     folder = os.path.normpath(os.path.abspath(path))
     if os.path.basename(folder) == SENTENCE_TRANSFORMERS_FOLDER and \
             os.path.isfile(os.path.join(os.path.dirname(folder), METADATA_FILE)):
@@ -82,11 +81,11 @@ def _cmlm_tf_export(path: str):
     return None
 
 
-def convert(path: str, output_dir: str, overwrite: bool = False) -> str:
+def convert(path: str, output_dir: str, *, overwrite: bool = False) -> str:
     """Imports `path` (any family) into the import folder `output_dir`
     (`cmlm_tf.model_import.import_folder`; an existing one is replaced only with `overwrite`);
     returns the path of `warm_start.yaml`."""
-    output_dir = import_folder.check_output(output_dir, overwrite)
+    output_dir = import_folder.check_output(output_dir, overwrite=overwrite)
     family, where = detect(path)
     if family == "hugging_face":
         return hf_bert.convert(where, output_dir, overwrite=overwrite)
@@ -95,5 +94,5 @@ def convert(path: str, output_dir: str, overwrite: bool = False) -> str:
     else:
         encoder, meta, vocab = checkpoints.read_checkpoint(family, where)
     return import_folder.write(encoder, meta, vocab, output_dir,
-                               {"source_dir": os.path.abspath(path), "family": family},
+                               source={"source_dir": os.path.abspath(path), "family": family},
                                overwrite=overwrite)

@@ -9,10 +9,12 @@ from typing import Dict, List
 
 import numpy as np
 
+from cmlm_tf import configs
 from cmlm_tf.model_import import bert_weights
+from cmlm_tf.modeling import sentence_encoder
 
 
-def import_meta(encoder: dict, lower_case: bool) -> dict:
+def import_meta(encoder: dict, *, lower_case: bool) -> dict:
     """`read_hf_metadata`'s fields for a WordPiece BERT of `encoder` fields."""
     return {"encoder": encoder, "tokenizer_type": "wordpiece", "lower_case": lower_case,
             "max_seq_length": None, "position_offset": 0}
@@ -55,9 +57,6 @@ def build_pooled_encoder(fields: dict, mapped: Dict[str, np.ndarray],
                          pooler: Dict[str, np.ndarray], source: str):
     """A sentence encoder of `fields` with the BERT weights `mapped` and the pooler as its
     projection."""
-    from cmlm_tf import configs
-    from cmlm_tf.modeling import sentence_encoder
-
     if set(pooler) != {"kernel", "bias"}:
         raise ValueError(f"{source}: no pooler (pooler/dense or pooler_transform) kernel and "
                          "bias: the pooled output cannot be reproduced")

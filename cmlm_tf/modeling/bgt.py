@@ -108,7 +108,7 @@ class LatentDecoder(tf_keras.layers.Layer):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, num_attention_heads: int,
-                 intermediate_size: int, max_length: int, dropout_rate: float = 0.1,
+                 intermediate_size: int, *, max_length: int, dropout_rate: float = 0.1,
                  activation: str = "gelu_exact", initializer_range: float = 0.02, **kwargs):
         super().__init__(**kwargs)
         self._config = dict(vocab_size=vocab_size, hidden_size=hidden_size,
@@ -200,7 +200,7 @@ class BilingualGenerativeTransformer(tf_keras.Model):
           own language's sentence: `source_*`/`*_to_source` predict `inputs["source"]`.
     """
 
-    def __init__(self, encoder_config: configs.EncoderConfig, language_variables: bool = True,
+    def __init__(self, encoder_config: configs.EncoderConfig, *, language_variables: bool = True,
                  reconstruction: bool = True, translation: bool = True,
                  stochastic: bool = True, **kwargs):
         super().__init__(**kwargs)

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 import tf_keras
+from official.modeling import tf_utils
+from official.nlp.modeling import layers as nlp_layers
 
 from cmlm_tf import configs, vectors
 
@@ -24,7 +26,6 @@ def get_activation(name: str):
         return gelu_exact
     if name in ("gelu_approx", "gelu"):
         return gelu_approx
-    from official.modeling import tf_utils
 
     try:
         return tf_utils.get_activation(name)
@@ -115,8 +116,6 @@ def tied_masked_lm(encoder, activation: str, initializer_range: float) -> tf_ker
 
     `encoder` is a `SentenceEncoder`; the head returns logits over the vocabulary.
     """
-    from official.nlp.modeling import layers as nlp_layers
-
     return nlp_layers.MaskedLM(
         embedding_table=encoder.bert.get_embedding_table(),
         activation=get_activation(activation),

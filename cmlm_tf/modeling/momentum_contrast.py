@@ -82,7 +82,7 @@ class DualMomentumContrast(tf_keras.Model):
     """
 
     def __init__(self, encoder_config: configs.EncoderConfig, queue_size: int,
-                 momentum: float = 0.999, shared_encoder: bool = True,
+                 *, momentum: float = 0.999, shared_encoder: bool = True,
                  mask_duplicates: bool = True,
                  pair_head: Optional[tf_keras.layers.Layer] = None, **kwargs):
         super().__init__(**kwargs)

@@ -45,7 +45,7 @@ class PairClassifierHead(tf_keras.layers.Layer):
         float32 logits [batch, num_classes].
     """
 
-    def __init__(self, num_classes: int = 3, hidden_sizes: Sequence[int] = (),
+    def __init__(self, *, num_classes: int = 3, hidden_sizes: Sequence[int] = (),
                  activation: str = "relu", dropout_rate: float = 0.1,
                  initializer_range: float = 0.02, **kwargs):
         super().__init__(**kwargs)

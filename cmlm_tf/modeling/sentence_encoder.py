@@ -13,6 +13,7 @@ import tf_keras
 from official.nlp.modeling import networks
 
 from cmlm_tf import configs
+from cmlm_tf.driver import run_checkpoints
 from cmlm_tf.modeling import layers
 
 INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
@@ -35,7 +36,7 @@ class SentenceEncoder(tf_keras.Model):
         dense inputs.
     """
 
-    def __init__(self, config: configs.EncoderConfig, with_dense_inputs: bool = False,
+    def __init__(self, config: configs.EncoderConfig, *, with_dense_inputs: bool = False,
                  **kwargs):
         super().__init__(**kwargs)
         self.encoder_config = config
@@ -107,7 +108,7 @@ class SentenceEncoder(tf_keras.Model):
 
 
 def build_sentence_encoder(config: configs.EncoderConfig,
-                           with_dense_inputs: bool = False) -> SentenceEncoder:
+                           *, with_dense_inputs: bool = False) -> SentenceEncoder:
     configs.validate_model_config(configs.SentenceModelConfig(encoder=config))
     return SentenceEncoder(config, with_dense_inputs=with_dense_inputs).build_variables()
 
@@ -115,8 +116,6 @@ def build_sentence_encoder(config: configs.EncoderConfig,
 def resolve_checkpoint(path: str) -> str:
     """Returns a checkpoint prefix for a prefix or a directory (its latest checkpoint,
     `run_checkpoints.latest_checkpoint`)."""
-    from cmlm_tf.driver import run_checkpoints
-
     if not path:
         raise ValueError("task.init_checkpoint is empty")
     if tf.io.gfile.isdir(path):
@@ -149,8 +148,6 @@ def restore_encoder(encoder: tf_keras.Model, path: str,
         status.expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
-        from cmlm_tf.driver import run_checkpoints
-
         problem = run_checkpoints.checkpoint_problem(prefix)
         if problem is not None:
             raise ValueError(f"{prefix}: the checkpoint's files ({prefix}.index, "

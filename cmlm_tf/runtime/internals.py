@@ -18,6 +18,12 @@ from typing import Dict, List, NamedTuple, Tuple
 
 import tensorflow as tf
 from official.core import train_lib
+from orbit import controller
+from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+from tensorflow.python.checkpoint import checkpoint_management
+from tensorflow.python.framework import convert_to_constants
+from tensorflow.python.grappler import tf_optimizer
+from tensorflow.python.ops import control_flow_util
 
 
 class Internal(NamedTuple):
@@ -161,8 +167,6 @@ def max_to_keep(manager) -> int:
 def write_checkpoint_state(save_dir: str, paths: List[str], timestamps, preserved) -> None:
     """Lists `paths` (the latest last) in `save_dir/checkpoint`, relative, by TensorFlow's
     private `update_checkpoint_state_internal`: its public writer records absolute paths."""
-    from tensorflow.python.checkpoint import checkpoint_management
-
     checkpoint_management.update_checkpoint_state_internal(
         save_dir, paths[-1], paths, save_relative_paths=True,
         all_model_checkpoint_timestamps=timestamps, last_preserved_timestamp=preserved)
@@ -189,8 +193,6 @@ def orbit_log_functions(log, format_output):
     """Inside the block, Orbit's controller logs its lines with `log(message)` and formats
     its metrics with `format_output(output, indent=4)`; what it did before is restored
     after."""
-    from orbit import controller
-
     saved = controller._log, controller._format_output
     controller._log, controller._format_output = log, format_output
     try:
@@ -361,8 +363,6 @@ def bert_encoder_parts(encoder) -> BertEncoderParts:
 
 def in_xla_context() -> bool:
     """Whether XLA compiles the graph being traced: TF's private `GraphOrParentsInXlaContext`."""
-    from tensorflow.python.ops import control_flow_util
-
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
@@ -376,10 +376,6 @@ def optimized_op_counts(concrete_function) -> Dict[str, int]:
     optimizers. A fused op is keyed with its fused operations, for example
     `_FusedMatMul[BiasAdd,GeluExact]`. oneDNN's layout rewrite (`_Mkl*` ops) runs later, at
     graph execution, and is not part of these counts."""
-    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
-    from tensorflow.python.framework import convert_to_constants
-    from tensorflow.python.grappler import tf_optimizer
-
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete_function)
     graph_def = frozen.graph.as_graph_def()
     for node in graph_def.node:

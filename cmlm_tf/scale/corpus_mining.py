@@ -15,9 +15,13 @@ import time
 from collections.abc import Callable
 from typing import Optional, Sequence
 
-from cmlm_tf.evaluation import ann, mining, readers
+import numpy as np
+
+from cmlm_tf.evaluation import ann, knn, mining, readers
 from cmlm_tf.files import disk, output_folders
 from cmlm_tf.runtime import tf_logs
+from cmlm_tf.scale import corpus_lines, flat_search, folders, options
+from cmlm_tf.vectors import unit_rows
 
 # `--index auto`, by candidate pairs (n_src × n_tgt): exact up to FLAT_ABOVE, where the flat
 # product's start-up (TensorFlow, XLA) costs as much as it saves; flat up to ANN_ABOVE, about
@@ -32,7 +36,7 @@ WORK_PREFIX = ".mine-work-"
 
 
 def write_pairs(path: str, pairs: mining.MinedPairs, src: Sequence[str], tgt: Sequence[str],
-                threshold: Optional[float] = None) -> int:
+                *, threshold: Optional[float] = None) -> int:
     """Writes `score<TAB>src<TAB>tgt` lines (pairs already sorted); returns how many.
 
     `src[i]` and `tgt[j]` give the texts (a list, or a mapping holding at least the mined
@@ -70,8 +74,6 @@ def choose_index(requested: str, num_src: int, num_tgt: int, backend: str) -> st
 
 def _in_parts(search, report):
     """`search` run over parts of the queries, calling `report(done, total)` after each."""
-    import numpy as np
-
     def run(queries, keys, k):
         step = max(1, -(-queries.shape[0] // _PROGRESS_PARTS))
         cosines, indices = [], []
@@ -120,7 +122,7 @@ class SearchProgress:
               f"ETA {int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
 
 
-def index_and_probes(queries, keys, k: int, backend: str, probes: Optional[int],
+def index_and_probes(queries, keys, k: int, backend: str, *, probes: Optional[int],
                      candidates: int, recall: float, side: str):
     """An index over `keys` and the probes to search it with: `probes` when given, else the
     fewest that reach `recall` on a sample of the queries (`ann.calibrate_probes`)."""
@@ -134,26 +136,24 @@ def index_and_probes(queries, keys, k: int, backend: str, probes: Optional[int],
     return index, probes
 
 
-def make_search(index: str, backend: str, probes: Optional[int] = None,
+def make_search(index: str, backend: str, *, probes: Optional[int] = None,
                 candidates: Optional[int] = None, recall: Optional[float] = None,
                 progress: Optional[SearchProgress] = None) -> mining.Search:
     """The in-process search of one side: exact blocks, the flat product, or an index built
     on the keys."""
-    from cmlm_tf.evaluation import knn
-
     sides = iter(("forward", "backward"))
 
     def search(queries, keys, k):
         if index == "exact":
             part = knn.top_k
         elif index == "flat":
-            from cmlm_tf.scale import flat_search
-
             part = flat_search.FlatIndex(keys, k).search
         else:
             chosen = candidates or ann.DEFAULT_CANDIDATES
-            built, used = index_and_probes(queries, keys, k, backend, probes, chosen,
-                                           recall or ann.DEFAULT_RECALL, next(sides, "search"))
+            built, used = index_and_probes(queries, keys, k, backend, probes=probes,
+                                           candidates=chosen,
+                                           recall=recall or ann.DEFAULT_RECALL, side=next(sides,
+                                                                                          "search"))
             part = functools.partial(ann.top_k, index=built, probes=used, candidates=chosen)
         if progress is None:
             return part(queries, keys, k)
@@ -170,8 +170,6 @@ def describe_index(index: str, backend: str) -> str:
     if index == "ann":
         return f"ann, {backend}"
     if index == "flat":
-        from cmlm_tf.scale import flat_search
-
         return f"flat, {flat_search.compute_dtype()} product"
     return index
 
@@ -203,34 +201,31 @@ def _search_here(settings: SearchSettings, index: str, src_vectors, tgt_vectors
     """`mine_vectors`' search in this process, with progress lines."""
     progress = SearchProgress(len(src_vectors) + len(tgt_vectors))
     if index == "flat":
-        from cmlm_tf.scale import flat_search
-
         def search_both(src, tgt, k):
             return ann.keep_recall(src, tgt, flat_search.top_k_both(src, tgt, k, report=progress),
-                                   settings.recall or ann.DEFAULT_RECALL, _say, "flat")
+                                   settings.recall or ann.DEFAULT_RECALL, say=_say, name="flat")
 
         return mining.max_retrieval(mining.margin_candidates(
-            src_vectors, tgt_vectors, settings.k, settings.margin, search_both=search_both))
-    search = make_search(index, settings.backend, settings.probes, settings.candidates,
-                         settings.recall, progress)
+            src_vectors, tgt_vectors, k=settings.k, kind=settings.margin, search_both=search_both))
+    search = make_search(index, settings.backend, probes=settings.probes,
+                         candidates=settings.candidates,
+                         recall=settings.recall, progress=progress)
     if index == "ann":
         def search_both(src, tgt, k):  # each direction's index, then what they kept
             found = search(src, tgt, min(k, len(tgt))), search(tgt, src, min(k, len(src)))
             return ann.keep_recall(src, tgt, found, settings.recall or ann.DEFAULT_RECALL,
-                                   _say)
+                                   say=_say)
 
         return mining.max_retrieval(mining.margin_candidates(
-            src_vectors, tgt_vectors, settings.k, settings.margin, search_both=search_both))
+            src_vectors, tgt_vectors, k=settings.k, kind=settings.margin, search_both=search_both))
     return mining.max_retrieval(mining.margin_candidates(
-        src_vectors, tgt_vectors, settings.k, settings.margin, search=search))
+        src_vectors, tgt_vectors, k=settings.k, kind=settings.margin, search=search))
 
 
 def mine_vectors(settings: SearchSettings, src_vectors, tgt_vectors, beam_args: Sequence[str],
-                 stage: Callable[[str], None]) -> mining.MinedPairs:
+                 *, stage: Callable[[str], None]) -> mining.MinedPairs:
     """Margin-scored pairs of two vector sets, searched here or on Beam (with `beam_args`,
     Beam's pipeline options); `stage` is called with the line that names the search."""
-    from cmlm_tf.vectors import unit_rows
-
     src_vectors, tgt_vectors = unit_rows(src_vectors), unit_rows(tgt_vectors)
     index = choose_index(settings.index, len(src_vectors), len(tgt_vectors), settings.backend)
     fewest = min(len(src_vectors), len(tgt_vectors))
@@ -250,17 +245,15 @@ def mine_vectors(settings: SearchSettings, src_vectors, tgt_vectors, beam_args: 
         # XLA's C++ lines ("Compiled cluster using XLA!") pass TF_CPP_MIN_LOG_LEVEL.
         with tf_logs.filtered_cpp_logs():
             return _search_here(settings, index, src_vectors, tgt_vectors)
-    return _search_on_beam(settings, index, src_vectors, tgt_vectors, beam_args)
+    return _search_on_beam(settings, index, src_vectors, tgt_vectors, beam_args=beam_args)
 
 
 def _search_on_beam(settings: SearchSettings, index: str, src_vectors, tgt_vectors,
-                    beam_args: Sequence[str]) -> mining.MinedPairs:
+                    *, beam_args: Sequence[str]) -> mining.MinedPairs:
     """`mine_vectors`' search as a Beam pipeline, in a work folder of its own
     (`WORK_PREFIX<host>-<pid>-<random>`, `cmlm_tf.files.output_folders.work_folder`) inside
     `--work_dir`, or beside the output: only that folder is removed afterwards, and the
     `--work_dir` itself only when this run made it."""
-    from cmlm_tf.scale import options
-
     with options.quiet_beam_import():
         from cmlm_tf.scale import knn as beam_knn
 
@@ -275,14 +268,15 @@ def _search_on_beam(settings: SearchSettings, index: str, src_vectors, tgt_vecto
         work_dir = output_folders.work_folder(parent, WORK_PREFIX)
     try:
         found = beam_knn.search_both_sides(src_vectors, tgt_vectors, settings.k, spec,
-                                           work_dir, beam_args, own_prefix="mine: ")
+                                           work_dir=work_dir, options=beam_args,
+                                           own_prefix="mine: ")
     finally:
         if "://" not in parent:
-            output_folders.remove_work(work_dir, parent, parent_made)
+            output_folders.remove_work(work_dir, parent, parent_made=parent_made)
     if index in ("flat", "ann"):
         found = [array for side in ann.keep_recall(
             src_vectors, tgt_vectors, (found[:2], found[2:]),
-            settings.recall or ann.DEFAULT_RECALL, _say, index) for array in side]
+            settings.recall or ann.DEFAULT_RECALL, say=_say, name=index) for array in side]
     return mining.max_retrieval(mining.margin_scores(*found, kind=settings.margin))
 
 
@@ -306,10 +300,6 @@ def texts_of_rows(table, rows) -> dict:
     with the table's `text_column`), in full: the output shows the whole text. Only the
     rows asked for are kept, so memory grows with the pairs, not the corpus.
     """
-    import numpy as np
-
-    from cmlm_tf.scale import corpus_lines, folders
-
     wanted = {}
     for row in np.unique(np.asarray(rows, np.int64)):
         wanted.setdefault(str(table.sources[row]), {})[int(table.lines[row])] = int(row)

@@ -39,7 +39,8 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.utils import shared
 
-from cmlm_tf.inference import TOKENIZE_BATCHES
+from cmlm_tf import inference
+from cmlm_tf.inference import TOKENIZE_BATCHES, load
 from cmlm_tf.scale import (
     corpus_lines,
     embedding_checks,
@@ -158,8 +159,6 @@ def local_export(export_dir: str) -> str:
 
 def export_dim(export_dir: str) -> int:
     """The embedding size an export declares in its `cmlm_tf_export.json`."""
-    from cmlm_tf import inference
-
     if not folders.is_remote(export_dir):
         return int(inference.read_metadata(export_dir)["dim"])
     path = folders.join(export_dir, inference.METADATA_FILE)
@@ -170,8 +169,6 @@ def export_dim(export_dir: str) -> int:
 def load_model(export_dir: str, intra_op_threads: Optional[int] = None,
                inter_op_threads: Optional[int] = None):
     """`cmlm_tf.load(export_dir)` with the worker's thread settings (`local_export` first)."""
-    from cmlm_tf.inference import load
-
     return load(local_export(export_dir), intra_op_threads=intra_op_threads,
                 inter_op_threads=inter_op_threads)
 
@@ -194,7 +191,7 @@ class EncodeBatches(beam.DoFn):
         progress_folder: a local folder for progress files, or None.
     """
 
-    def __init__(self, shared_handle: shared.Shared, export_dir: str, batch_size: int = 64,
+    def __init__(self, shared_handle: shared.Shared, export_dir: str, *, batch_size: int = 64,
                  intra_op_threads: Optional[int] = None, inter_op_threads: Optional[int] = None,
                  progress_folder: Optional[str] = None):
         self.shared_handle = shared_handle
@@ -243,7 +240,7 @@ def _first_match(path_and_matches: Tuple[str, Iterable[FileMetadata]]) -> FileMe
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: EmbedConfig, staging: str,
-                   threads: Tuple[Optional[int], Optional[int]] = (None, None),
+                   *, threads: Tuple[Optional[int], Optional[int]] = (None, None),
                    progress_folder: Optional[str] = None,
                    encode_dofn: Callable[..., EncodeBatches] = EncodeBatches):
     """Adds the embedding job to `pipeline`: read `config.inputs`, embed, and write the
@@ -271,7 +268,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: EmbedConfig, staging: str,
         | "Open files" >> fileio.ReadMatches()
         | "Read lines" >> beam.ParDo(ReadCorpusLines(config.text_column, config.max_chars))
         | "Spread lines" >> beam.Reshuffle())
-    encoder = encode_dofn(shared.Shared(), config.model, config.batch_size, *threads,
+    encoder = encode_dofn(shared.Shared(), config.model, batch_size=config.batch_size,
+                          intra_op_threads=threads[0], inter_op_threads=threads[1],
                           progress_folder=progress_folder)
     rows = (
         lines
@@ -309,7 +307,7 @@ def _stderr(line: str) -> None:
 
 
 def _finish(config: EmbedConfig, staging: str, result, report,
-            fingerprints: dict) -> Tuple[Dict[str, int], int]:
+            *, fingerprints: dict) -> Tuple[Dict[str, int], int]:
     """Writes the manifest into `staging` (the last file), with the `fingerprints` taken
     before the inputs were read, once they are known not to have changed since; returns
     (counts, shards)."""
@@ -322,12 +320,13 @@ def _finish(config: EmbedConfig, staging: str, result, report,
                f"{counts[EMBEDDED]} embedded; the manifest records {rows}")
         counts[EMBEDDED] = rows
     embedding_files.write_manifest(staging, embedding_files.make_manifest(
-        config.model, export_dim(config.model), config.inputs, config.text_column, len(names),
-        counts, fingerprints))
+        config.model, export_dim(config.model), config.inputs, config.text_column,
+        shards=len(names),
+        counts=counts, fingerprints=fingerprints))
     return counts, len(names)
 
 
-def run(config: EmbedConfig, beam_args: Sequence[str] = (),
+def run(config: EmbedConfig, *, beam_args: Sequence[str] = (),
         report: Callable[[str], None] = _stderr,
         encode_dofn: Callable[..., EncodeBatches] = EncodeBatches,
         progress_every: float = 10.0) -> Summary:
@@ -348,7 +347,7 @@ def run(config: EmbedConfig, beam_args: Sequence[str] = (),
         progress_every: seconds between progress lines.
     """
     start = time.perf_counter()
-    for note in embedding_files.check_output(config.output, config.overwrite):
+    for note in embedding_files.check_output(config.output, overwrite=config.overwrite):
         report(f"warning: {note}")
     # Absolute local paths: the rows' sources then name their files from any folder.
     config = dataclasses.replace(config, model=_absolute(config.model),
@@ -365,16 +364,17 @@ def run(config: EmbedConfig, beam_args: Sequence[str] = (),
         fingerprints = embedding_checks.manifest_fields(
             pipeline_progress.match_inputs(config.inputs), config.model, export_dim(config.model))
         pipeline = beam.Pipeline(runner=beam_options.make_runner(options), options=options)
-        build_pipeline(pipeline, config, staging, beam_options.worker_threads(options),
-                       progress_folder, encode_dofn)
+        build_pipeline(pipeline, config, staging, threads=beam_options.worker_threads(options),
+                       progress_folder=progress_folder, encode_dofn=encode_dofn)
         result = pipeline_progress.run_pipeline(pipeline, progress_folder, total, report,
-                                                progress_every, _PREFIX if local else None,
+                                                every=progress_every,
+                                                own_prefix=_PREFIX if local else None,
                                                 output=config.output)
         if progress_folder is not None:
             folders.delete_folder(progress_folder)
-        counts, shards = _finish(config, staging, result, report, fingerprints)
+        counts, shards = _finish(config, staging, result, report, fingerprints=fingerprints)
     except BaseException:
         folders.delete_folder(staging)
         raise
-    embedding_files.publish(staging, config.output, config.overwrite)
+    embedding_files.publish(staging, config.output, overwrite=config.overwrite)
     return Summary(counts, shards, config.output, time.perf_counter() - start)

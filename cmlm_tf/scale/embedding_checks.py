@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cmlm_tf.export import export_metadata
 from cmlm_tf.scale import folders
 
 # How far from 1 the norm of a stored vector may be (float32 rounding is about 1e-7).
@@ -106,8 +107,6 @@ def manifest_fields(paths: Sequence[str], export_dir: str, dim: int) -> dict:
 def model_identity(export_dir: str, dim: int) -> dict:
     """What names the weights of an export: the exported checkpoint's SHA-256 and the
     `source` its `cmlm_tf_export.json` records, with the vectors' `dim`."""
-    from cmlm_tf.export import export_metadata
-
     with folders.open_file(folders.join(export_dir, export_metadata.METADATA_FILE)) as f:
         source = json.loads(f.read().decode("utf-8")).get("source") or {}
     digest = source.get("checkpoint_sha256") if isinstance(source, dict) else None

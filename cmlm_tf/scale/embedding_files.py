@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cmlm_tf.files import output_folders
+from cmlm_tf.files import disk, output_folders
 from cmlm_tf.scale import embedding_checks, folders
 
 MANIFEST = "_cmlm_tf_embeddings.json"
@@ -120,7 +120,7 @@ def staging_folder(out: str) -> str:
     return f"{folders.clean(out)}{STAGING_INFIX}{writer}-{uuid.uuid4().hex}"
 
 
-def check_output(out: str, overwrite: bool) -> List[str]:
+def check_output(out: str, *, overwrite: bool) -> List[str]:
     """Refuses an `out` that exists unless `overwrite`, then removes what killed runs left.
 
     `--overwrite` replaces only a finished embeddings folder (one with the manifest) or an
@@ -173,7 +173,7 @@ def remove_leftovers(out: str) -> List[str]:
     return notes
 
 
-def publish(staging: str, out: str, overwrite: bool = False) -> None:
+def publish(staging: str, out: str, *, overwrite: bool = False) -> None:
     """Renames the finished `staging` folder (manifest inside) to `out`.
 
     An existing `out` is refused unless `overwrite`; with it, `out` is renamed aside, `staging`
@@ -196,7 +196,7 @@ def publish(staging: str, out: str, overwrite: bool = False) -> None:
 
 
 def make_manifest(model: str, dim: int, inputs: Sequence[str], text_column: Optional[int],
-                  shards: int, counts: Dict[str, int], fingerprints: Optional[dict] = None
+                  *, shards: int, counts: Dict[str, int], fingerprints: Optional[dict] = None
                   ) -> dict:
     """The manifest of an output (see the module docstring); `counts` has `COUNT_NAMES`;
     `fingerprints` adds `embedding_checks.manifest_fields`."""
@@ -220,7 +220,6 @@ def write_manifest(folder: str, manifest: dict) -> str:
         with FileSystems.create(path) as f:
             f.write(text.encode("utf-8"))
         return path
-    from cmlm_tf.files import disk
 
     with disk.atomic_output(path) as temp, open(temp, "w", encoding="utf-8") as f:
         f.write(text)

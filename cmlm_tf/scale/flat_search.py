@@ -122,7 +122,7 @@ class _Blocks:
         scores = self.tf.matmul(queries, self.keys, transpose_b=True)
         return self._row_shortlist(scores, self.rows_maxima(scores))
 
-    def _both(self, queries, valid_rows, offset, column_values, column_ids):
+    def _both(self, queries, valid_rows, offset, column_values, *, column_ids):
         tf = self.tf
         scores = tf.matmul(queries, self.keys, transpose_b=True)
         row_maxima, column_maxima = self.both_maxima(scores)
@@ -193,7 +193,7 @@ class FlatIndex:
         return ann.rescore_shortlists(queries, self.keys, ids, self.k)
 
 
-def top_k(queries: np.ndarray, keys: np.ndarray, k: int, precision: str = "auto",
+def top_k(queries: np.ndarray, keys: np.ndarray, k: int, *, precision: str = "auto",
           block_bytes: int = DEFAULT_BLOCK_BYTES,
           report: Optional[Report] = None) -> Neighbours:
     """`knn.top_k(queries, keys, k)` by a low-precision product and an exact re-scoring.
@@ -212,7 +212,7 @@ def top_k(queries: np.ndarray, keys: np.ndarray, k: int, precision: str = "auto"
     return FlatIndex(keys, k, precision, block_bytes).search(queries, report)
 
 
-def top_k_both(src: np.ndarray, tgt: np.ndarray, k: int, precision: str = "auto",
+def top_k_both(src: np.ndarray, tgt: np.ndarray, k: int, *, precision: str = "auto",
                block_bytes: int = DEFAULT_BLOCK_BYTES,
                report: Optional[Report] = None) -> Tuple[Neighbours, Neighbours]:
     """Both directions of mining's k-NN from one product: (each source's k nearest
@@ -239,7 +239,7 @@ def top_k_both(src: np.ndarray, tgt: np.ndarray, k: int, precision: str = "auto"
         block = src[start:start + rows]
         found, column_values, column_ids = blocks.both(
             blocks.queries(block), tf.constant(len(block)), tf.constant(start),
-            column_values, column_ids)
+            column_values, column_ids=column_ids)
         forward[start:start + len(block)] = found.numpy()[:len(block)]
         if report is not None:
             done = start + len(block)

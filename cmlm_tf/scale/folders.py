@@ -80,7 +80,7 @@ def siblings(out: str, infix: str) -> List[str]:
                   if name.startswith(base + infix))
 
 
-def rename_folder(source: str, destination: str, marker: str, marker_last: bool = True) -> None:
+def rename_folder(source: str, destination: str, marker: str, *, marker_last: bool = True) -> None:
     """Renames a folder: one rename locally; remotely file by file, the file named `marker`
     (an output's manifest) last when `marker_last` (an output moved into place) and first
     otherwise (one moved away), so that no moment shows a manifest beside missing shards."""

@@ -17,6 +17,8 @@ The work folder must be readable by every worker: a local folder for the DirectR
 import dataclasses
 import io
 import os
+import shutil
+import tempfile
 import uuid
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -26,7 +28,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from cmlm_tf.evaluation import ann, knn
-from cmlm_tf.scale import folders, pipeline_progress
+from cmlm_tf.runtime import host
+from cmlm_tf.scale import flat_search, folders, pipeline_progress
 from cmlm_tf.scale import options as beam_options
 
 DIRECTIONS = ("forward", "backward")
@@ -63,7 +66,7 @@ def _write_bytes(path: str, data: bytes) -> None:
     FileSystems.rename([temp], [path])
 
 
-def _read_array(path: str, mmap: bool = True) -> np.ndarray:
+def _read_array(path: str, *, mmap: bool = True) -> np.ndarray:
     if not folders.is_remote(path):
         return np.load(path, mmap_mode="r" if mmap else None)
     with FileSystems.open(path) as f:
@@ -74,7 +77,6 @@ def _local_copy(path: str) -> Tuple[str, Optional[str]]:
     """A local path for `path` (a remote file is copied to a temporary one, returned too)."""
     if not folders.is_remote(path):
         return path, None
-    import tempfile
 
     handle, local = tempfile.mkstemp(suffix=os.path.basename(path))
     with os.fdopen(handle, "wb") as out, FileSystems.open(path) as f:
@@ -129,7 +131,7 @@ class SearchShard(beam.DoFn):
     (`cosines`, `indices`, float32 / int64 [stop - start, k]) to the work folder."""
 
     def __init__(self, work_dir: str, k: int, spec: SearchSpec, handle: shared.Shared,
-                 probes: Optional[Dict[str, int]] = None):
+                 *, probes: Optional[Dict[str, int]] = None):
         self._work_dir = work_dir
         self._k = k
         self._spec = spec
@@ -155,8 +157,6 @@ class SearchShard(beam.DoFn):
         side = self._loaded.sides[direction]
         k = min(self._k, side.keys.shape[0])
         if self._spec.index == "flat":
-            from cmlm_tf.scale import flat_search
-
             if side.flat is None:
                 side.flat = flat_search.FlatIndex(side.keys, k)
             cosines, indices = side.flat.search(queries)
@@ -178,8 +178,6 @@ def _limit_threads(threads: int, spec: SearchSpec) -> None:
     """Caps the worker's threads (faiss's OpenMP, TensorFlow's pools for the flat product)
     so workers on one machine share its cores."""
     if spec.index == "flat":
-        from cmlm_tf.runtime import host
-
         host.apply_thread_settings(threads, 1)
         return
     if spec.backend == "faiss":
@@ -203,7 +201,7 @@ def shards(num_src: int, num_tgt: int, shard_rows: int) -> List[Tuple[str, int, 
             for start, stop in _ranges(rows, shard_rows)]
 
 
-def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k: int = 4,
+def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, *, k: int = 4,
             seed: int = 0) -> Dict[str, int]:
     """Writes both sides' vectors and, for `ann`, both indexes into `work_dir`; returns the
     probes of each direction (`spec.probes`, or calibrated when None; empty for exact)."""
@@ -215,7 +213,6 @@ def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k
         _write_bytes(folders.join(work_dir, f"{name}.npy"), buffer.getvalue())
     if spec.index != "ann":
         return {}
-    import tempfile
 
     probes = {}
     with tempfile.TemporaryDirectory() as local:
@@ -226,7 +223,7 @@ def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k
             probes[direction] = spec.probes
             if spec.probes is None:
                 probes[direction], _ = ann.calibrate_probes(
-                    queries, keys, min(k, len(keys)), index, spec.recall,
+                    queries, keys, min(k, len(keys)), index, target=spec.recall,
                     candidates=spec.candidates, seed=seed)
             index.save(path)
             for name in (f"index-{direction}", f"index-{direction}.txt"):
@@ -235,18 +232,19 @@ def prepare(src: np.ndarray, tgt: np.ndarray, work_dir: str, spec: SearchSpec, k
     return probes
 
 
-def build_pipeline(pipeline: beam.Pipeline, work_dir: str, num_src: int, num_tgt: int, k: int,
+def build_pipeline(pipeline: beam.Pipeline, work_dir: str, num_src: int, num_tgt: int, *, k: int,
                    spec: SearchSpec, shard_rows: int = DEFAULT_SHARD_ROWS,
                    probes: Optional[Dict[str, int]] = None):
     """Adds the sharded search to `pipeline`; returns the PCollection of result names."""
     return (pipeline
             | "Shards" >> beam.Create(shards(num_src, num_tgt, shard_rows))
             | "Spread" >> beam.Reshuffle()
-            | "Search" >> beam.ParDo(SearchShard(work_dir, k, spec, shared.Shared(), probes)))
+            | "Search" >> beam.ParDo(SearchShard(work_dir, k, spec, shared.Shared(),
+                                                 probes=probes)))
 
 
 def collect(work_dir: str, num_src: int, num_tgt: int, k: int,
-            shard_rows: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            *, shard_rows: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Reads every shard's neighbours back: (forward cosines, forward indices, backward
     cosines, backward indices), refusing a missing shard."""
     arrays = {}
@@ -268,7 +266,7 @@ def collect(work_dir: str, num_src: int, num_tgt: int, k: int,
 
 
 def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec,
-                      work_dir: str, options: Sequence[str] = (),
+                      *, work_dir: str, options: Sequence[str] = (),
                       shard_rows: int = DEFAULT_SHARD_ROWS, seed: int = 0,
                       own_prefix: Optional[str] = None
                       ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -293,20 +291,19 @@ def search_both_sides(src: np.ndarray, tgt: np.ndarray, k: int, spec: SearchSpec
     if spec.threads is None:
         spec = dataclasses.replace(spec, threads=beam_options.worker_threads(pipeline_options)[0])
     try:
-        probes = prepare(src, tgt, work_dir, spec, k, seed)
+        probes = prepare(src, tgt, work_dir, spec, k=k, seed=seed)
         pipeline = beam.Pipeline(runner=beam_options.make_runner(pipeline_options),
                                  options=pipeline_options)
-        build_pipeline(pipeline, work_dir, src.shape[0], tgt.shape[0], k, spec, shard_rows,
-                       probes)
+        build_pipeline(pipeline, work_dir, src.shape[0], tgt.shape[0], k=k, spec=spec,
+                       shard_rows=shard_rows,
+                       probes=probes)
         local = beam_options.runs_here(pipeline_options) and not folders.is_remote(work_dir)
         pipeline_progress.run_pipeline(pipeline, None, None, lambda line: None,
                                        own_prefix=own_prefix if local else None,
                                        output=work_dir)
-        return collect(work_dir, src.shape[0], tgt.shape[0], k, shard_rows)
+        return collect(work_dir, src.shape[0], tgt.shape[0], k, shard_rows=shard_rows)
     finally:
         if not folders.is_remote(work_dir):
-            import shutil
-
             shutil.rmtree(work_dir, ignore_errors=True)
         else:
             FileSystems.delete([work_dir])

@@ -221,7 +221,7 @@ def _join_new_threads(before: Set[threading.Thread], wait: float = _SETTLE,
 
 def _report_until_done(thread: threading.Thread, progress_folder: Optional[str],
                        total: Optional[int], report: Callable[[str], None],
-                       every: float) -> None:
+                       *, every: float) -> None:
     """A progress line every `every` seconds, and one as soon as the first lines are
     embedded (a short run then shows a count between 0 and the total), until `thread` ends.
     The rate counts from the last look that found nothing embedded: the workers' start-up
@@ -243,7 +243,7 @@ def _report_until_done(thread: threading.Thread, progress_folder: Optional[str],
 
 def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
                  total: Optional[int], report: Callable[[str], None],
-                 every: float = 10.0, own_prefix: Optional[str] = None,
+                 *, every: float = 10.0, own_prefix: Optional[str] = None,
                  output: Optional[str] = None):
     """Runs `pipeline`, reporting progress every `every` seconds from the progress files
     (when there are any); returns Beam's result or raises `PipelineFailed`.
@@ -257,7 +257,8 @@ def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
     """
     log = _new_log() if own_prefix is not None else None
     try:
-        outcome = _run_logged(pipeline, progress_folder, total, report, every, own_prefix, log)
+        outcome = _run_logged(pipeline, progress_folder, total, report, every=every,
+                              own_prefix=own_prefix, log=log)
     except BaseException:
         _remove(log)
         raise
@@ -272,7 +273,7 @@ def run_pipeline(pipeline: beam.Pipeline, progress_folder: Optional[str],
 
 
 def _run_logged(pipeline: beam.Pipeline, progress_folder: Optional[str],
-                total: Optional[int], report: Callable[[str], None], every: float,
+                total: Optional[int], report: Callable[[str], None], *, every: float,
                 own_prefix: Optional[str], log: Optional[str]) -> dict:
     """`run_pipeline`'s run, its stderr routed to `log` (when given); the outcome dict."""
     threads, workers = set(threading.enumerate()), beam_workers()
@@ -282,7 +283,7 @@ def _run_logged(pipeline: beam.Pipeline, progress_folder: Optional[str],
             else contextlib.nullcontext():
         thread, outcome = _run_in_background(pipeline)
         try:
-            _report_until_done(thread, progress_folder, total, report, every)
+            _report_until_done(thread, progress_folder, total, report, every=every)
         except BaseException:
             stop_workers(beam_workers() - workers)
             thread.join(timeout=_STOP_WAIT)

@@ -60,7 +60,7 @@ class ParquetShardSink(filebasedsink.FileBasedSink):
     """
 
     def __init__(self, prefix: str, schema, suffix: str, template: str,
-                 codec: str = "snappy"):
+                 *, codec: str = "snappy"):
         super().__init__(prefix, coder=None, file_name_suffix=suffix,
                          shard_name_template=template, mime_type="application/x-parquet",
                          compression_type=CompressionTypes.UNCOMPRESSED)

@@ -123,7 +123,7 @@ class _SentenceSteps(base_task.Task):
         `forward_pass`, `ranked_part` and `assemble_outputs`. Tasks override those hooks,
         not this."""
         ranked = self.ranked_part(inputs, model)
-        return steps.train_step(self, inputs, model, optimizer, metrics,
+        return steps.train_step(self, inputs, model, optimizer, metrics=metrics,
                                 forward=self.forward_pass(inputs, model, optimizer, ranked),
                                 ranked=ranked, assemble=self.assemble_outputs)
 

@@ -66,10 +66,8 @@ class BgtTaskConfig(configs.SentenceTaskConfig):
 
     bgt: BgtConfig = dataclasses.field(default_factory=BgtConfig)
     sp_vocab_size: int = 20000
-    train_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
-    validation_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=False))
+    train_data: bitext.BitextDataConfig = configs.training_data(bitext.BitextDataConfig)
+    validation_data: bitext.BitextDataConfig = configs.validation_data(bitext.BitextDataConfig)
 
 
 @exp_factory.register_config_factory("cmlm_tf/bgt")

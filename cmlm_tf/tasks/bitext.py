@@ -24,10 +24,8 @@ from cmlm_tf.training import steps
 @dataclasses.dataclass
 class BitextTaskConfig(configs.SentenceTaskConfig):
     margin_softmax: MarginSoftmaxConfig = dataclasses.field(default_factory=MarginSoftmaxConfig)
-    train_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
-    validation_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=False))
+    train_data: bitext.BitextDataConfig = configs.training_data(bitext.BitextDataConfig)
+    validation_data: bitext.BitextDataConfig = configs.validation_data(bitext.BitextDataConfig)
 
 
 @exp_factory.register_config_factory("cmlm_tf/bitext")

@@ -19,11 +19,10 @@ from cmlm_tf.tasks import base
 class CMLMTaskConfig(configs.SentenceTaskConfig):
     model: conditional_mlm.CMLMModelConfig = dataclasses.field(
         default_factory=conditional_mlm.CMLMModelConfig)
-    train_data: sentence_pairs.CMLMDataConfig = dataclasses.field(
-        default_factory=lambda: sentence_pairs.CMLMDataConfig(is_training=True))
-    validation_data: sentence_pairs.CMLMDataConfig = dataclasses.field(
-        default_factory=lambda: sentence_pairs.CMLMDataConfig(is_training=False,
-                                                              drop_remainder=False))
+    train_data: sentence_pairs.CMLMDataConfig = configs.training_data(
+        sentence_pairs.CMLMDataConfig)
+    validation_data: sentence_pairs.CMLMDataConfig = configs.validation_data(
+        sentence_pairs.CMLMDataConfig, drop_remainder=False)
 
 
 @exp_factory.register_config_factory("cmlm_tf/cmlm")

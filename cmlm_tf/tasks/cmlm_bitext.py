@@ -39,13 +39,11 @@ class CMLMBitextTaskConfig(configs.SentenceTaskConfig):
 
     model: conditional_mlm.CMLMModelConfig = dataclasses.field(
         default_factory=conditional_mlm.CMLMModelConfig)
-    train_data: sentence_pairs.CMLMDataConfig = dataclasses.field(
-        default_factory=lambda: sentence_pairs.CMLMDataConfig(is_training=True))
-    validation_data: sentence_pairs.CMLMDataConfig = dataclasses.field(
-        default_factory=lambda: sentence_pairs.CMLMDataConfig(is_training=False,
-                                                              drop_remainder=False))
-    bitext_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
+    train_data: sentence_pairs.CMLMDataConfig = configs.training_data(
+        sentence_pairs.CMLMDataConfig)
+    validation_data: sentence_pairs.CMLMDataConfig = configs.validation_data(
+        sentence_pairs.CMLMDataConfig, drop_remainder=False)
+    bitext_data: bitext.BitextDataConfig = configs.training_data(bitext.BitextDataConfig)
     bitext_weight: float = 0.2
     margin_softmax: MarginSoftmaxConfig = dataclasses.field(default_factory=MarginSoftmaxConfig)
 

@@ -40,13 +40,10 @@ class MLMTLMTaskConfig(configs.SentenceTaskConfig):
 
     init_stack_from: str = ""
     model: MLMTLMModelConfig = dataclasses.field(default_factory=MLMTLMModelConfig)
-    train_data: mlm_tlm.MLMTLMDataConfig = dataclasses.field(
-        default_factory=lambda: mlm_tlm.MLMTLMDataConfig(is_training=True))
-    bitext_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
-    validation_data: mlm_tlm.MLMTLMDataConfig = dataclasses.field(
-        default_factory=lambda: mlm_tlm.MLMTLMDataConfig(is_training=False,
-                                                         drop_remainder=False))
+    train_data: mlm_tlm.MLMTLMDataConfig = configs.training_data(mlm_tlm.MLMTLMDataConfig)
+    bitext_data: bitext.BitextDataConfig = configs.training_data(bitext.BitextDataConfig)
+    validation_data: mlm_tlm.MLMTLMDataConfig = configs.validation_data(
+        mlm_tlm.MLMTLMDataConfig, drop_remainder=False)
 
 
 @exp_factory.register_config_factory("cmlm_tf/mlm_tlm")

@@ -53,14 +53,11 @@ class MomentumContrastConfig(hyperparams.Config):
 @dataclasses.dataclass
 class MomentumContrastTaskConfig(configs.SentenceTaskConfig):
     moco: MomentumContrastConfig = dataclasses.field(default_factory=MomentumContrastConfig)
-    train_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=True))
-    validation_data: bitext.BitextDataConfig = dataclasses.field(
-        default_factory=lambda: bitext.BitextDataConfig(is_training=False))
+    train_data: bitext.BitextDataConfig = configs.training_data(bitext.BitextDataConfig)
+    validation_data: bitext.BitextDataConfig = configs.validation_data(bitext.BitextDataConfig)
     # The NLI multitask, on when `nli_data.input_path` is set: L_moco + nli_weight · L_nli.
-    nli_data: nli_inputs.NLIDataConfig = dataclasses.field(
-        default_factory=lambda: nli_inputs.NLIDataConfig(is_training=True,
-                                                        global_batch_size=128))
+    nli_data: nli_inputs.NLIDataConfig = configs.training_data(nli_inputs.NLIDataConfig,
+                                                               global_batch_size=128)
     nli_weight: float = 0.1
     nli_head: pair_classifier.NLIHeadConfig = dataclasses.field(
         default_factory=lambda: pair_classifier.NLIHeadConfig(hidden_sizes=[256]))

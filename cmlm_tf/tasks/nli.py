@@ -27,10 +27,8 @@ from cmlm_tf.tasks import base
 class NLITaskConfig(configs.SentenceTaskConfig):
     nli_head: pair_classifier.NLIHeadConfig = dataclasses.field(
         default_factory=pair_classifier.NLIHeadConfig)
-    train_data: nli.NLIDataConfig = dataclasses.field(
-        default_factory=lambda: nli.NLIDataConfig(is_training=True))
-    validation_data: nli.NLIDataConfig = dataclasses.field(
-        default_factory=lambda: nli.NLIDataConfig(is_training=False))
+    train_data: nli.NLIDataConfig = configs.training_data(nli.NLIDataConfig)
+    validation_data: nli.NLIDataConfig = configs.validation_data(nli.NLIDataConfig)
 
 
 @exp_factory.register_config_factory("cmlm_tf/nli")

@@ -35,6 +35,9 @@ import pathlib
 import unicodedata
 from typing import Dict, List, Tuple
 
+import flatbuffers
+import numpy as np
+
 # Hugging Face's tokenizers take categories (Cf, Mn) from older Unicode tables than Python
 # 3.11's `unicodedata` (14.0) and lower-case with newer ones (16.0). Characters it leaves as
 # they are although Python calls them Cf or Mn (mostly marks added in Unicode 9-14; ranges,
@@ -94,7 +97,7 @@ _LENGTH_BITS = 6
 _MAX_LENGTH = (1 << _LENGTH_BITS) - 1
 
 
-def normalize_character(char: str, lower_case: bool) -> str:
+def normalize_character(char: str, *, lower_case: bool) -> str:
     """Hugging Face's BERT normalisation of one character (the rules of this module's
     docstring). Chinese characters and punctuation are left alone: the WordPiece op splits
     at them."""
@@ -121,14 +124,14 @@ def normalize_character(char: str, lower_case: bool) -> str:
     return stripped.lower()
 
 
-def _changed_characters(lower_case: bool) -> Dict[str, str]:
+def _changed_characters(*, lower_case: bool) -> Dict[str, str]:
     """Every character that normalisation changes -> its replacement."""
     changed = {}
     for code in range(0x110000):
         if 0xD800 <= code <= 0xDFFF:  # surrogates: not characters, never in valid UTF-8
             continue
         char = chr(code)
-        normalized = normalize_character(char, lower_case)
+        normalized = normalize_character(char, lower_case=lower_case)
         if normalized != char:
             changed[char] = normalized
     return changed
@@ -292,13 +295,10 @@ def _unit(position: int, label: int, node: tuple, base) -> int:
     return unit | _LARGE_OFFSET | ((offset >> 8) << 10)
 
 
-def _flatbuffer(lower_case: bool, trie: List[int], zero_data: int, pool: bytes) -> bytes:
+def _flatbuffer(*, lower_case: bool, trie: List[int], zero_data: int, pool: bytes) -> bytes:
     """A `FastBertNormalizerModel` flatbuffer (TF-Text's fast_bert_normalizer_model.fbs:
     lower_case_nfd_strip_accents, trie_array, data_for_codepoint_zero,
     normalized_string_pool)."""
-    import flatbuffers
-    import numpy as np
-
     builder = flatbuffers.Builder(len(trie) * 4 + len(pool) + 1024)
     pool_vector = builder.CreateNumpyVector(np.frombuffer(pool or b"\x00", np.uint8))
     trie_vector = builder.CreateNumpyVector(np.asarray(trie, np.uint32))
@@ -311,14 +311,14 @@ def _flatbuffer(lower_case: bool, trie: List[int], zero_data: int, pool: bytes) 
     return bytes(builder.Output())
 
 
-def build_bert_normalizer_model(lower_case: bool) -> bytes:
+def build_bert_normalizer_model(*, lower_case: bool) -> bytes:
     """Builds the `FastBertNormalizer` model from this Python's `unicodedata` (about a
     second for the uncased table: every character is normalised once)."""
-    values, pool, zero = _encode_values(_changed_characters(lower_case))
-    return _flatbuffer(lower_case, _build_trie(values), zero, pool)
+    values, pool, zero = _encode_values(_changed_characters(lower_case=lower_case))
+    return _flatbuffer(lower_case=lower_case, trie=_build_trie(values), zero_data=zero, pool=pool)
 
 
-def shipped_table(lower_case: bool) -> pathlib.Path:
+def shipped_table(*, lower_case: bool) -> pathlib.Path:
     """Where the package keeps the model built with this Python's Unicode version."""
     case = "uncased" if lower_case else "cased"
     return _TABLES / f"bert_{case}-unicode-{unicodedata.unidata_version}.bin"
@@ -329,19 +329,19 @@ def write_shipped_tables() -> List[pathlib.Path]:
     the rules above: `tests/text/test_bert_normalizer.py` fails while they differ)."""
     written = []
     for lower_case in (True, False):
-        path = shipped_table(lower_case)
+        path = shipped_table(lower_case=lower_case)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(build_bert_normalizer_model(lower_case))
+        path.write_bytes(build_bert_normalizer_model(lower_case=lower_case))
         written.append(path)
     return written
 
 
 @functools.lru_cache(maxsize=2)
-def bert_normalizer_model(lower_case: bool) -> bytes:
+def bert_normalizer_model(*, lower_case: bool) -> bytes:
     """The `FastBertNormalizer` model (pass as `fast_bert_normalizer_model_buffer`) that
     normalises as Hugging Face's `BertTokenizer` does, cased or uncased: the one the
     package ships for this Python's Unicode version, or else built here."""
-    path = shipped_table(lower_case)
+    path = shipped_table(lower_case=lower_case)
     if path.is_file():
         return path.read_bytes()
-    return build_bert_normalizer_model(lower_case)
+    return build_bert_normalizer_model(lower_case=lower_case)

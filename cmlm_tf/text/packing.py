@@ -11,13 +11,15 @@ from typing import Dict
 
 import tensorflow as tf
 import tf_keras
+from official.nlp.modeling.layers import text_layers
+from official.nlp.tools import export_tfhub_lib
 
 from cmlm_tf import configs
 from cmlm_tf.text import tokenization
 
 
 def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, end_id: int,
-                        pad_id: int, pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:
+                        *, pad_id: int, pad_to_seq_length: bool = False) -> Dict[str, tf.Tensor]:
     """Packs one segment as `[CLS] tokens [SEP]`, truncated to `seq_length` in total.
 
     Dense core ops only (gather, select; no ragged or TF-Text op), so TF Serving and TFLite
@@ -62,7 +64,7 @@ def pack_single_segment(token_ids: tf.RaggedTensor, seq_length, start_id: int, e
 
 
 def pack_two_segments(first: tf.RaggedTensor, second: tf.RaggedTensor, seq_length: int,
-                      start_id: int, end_id: int, pad_id: int) -> Dict[str, tf.Tensor]:
+                      start_id: int, *, end_id: int, pad_id: int) -> Dict[str, tf.Tensor]:
     """Packs `[CLS] first [SEP] second [SEP]` (type ids 0 then 1), padded to `seq_length`.
 
     A row whose `second` is empty packs as `[CLS] first [SEP]`. Pairs longer than
@@ -115,7 +117,7 @@ def pack_two_segments(first: tf.RaggedTensor, second: tf.RaggedTensor, seq_lengt
 
 def tokenize_and_pack(tokenizer: tf_keras.layers.Layer, special: Dict[str, int],
                       sentences: tf.Tensor, seq_length,
-                      pad_to_seq_length: bool = False,
+                      *, pad_to_seq_length: bool = False,
                       replace_invalid_utf8: bool = True) -> Dict[str, tf.Tensor]:
     """Strings [batch] -> TF Hub input dict of `[CLS] tokens [SEP]`, via `pack_single_segment`.
 
@@ -127,7 +129,7 @@ def tokenize_and_pack(tokenizer: tf_keras.layers.Layer, special: Dict[str, int],
         sentences = tokenization.valid_utf8(sentences)
     ids = tokenizer(sentences)
     return pack_single_segment(ids, seq_length, special["start_of_sequence_id"],
-                               special["end_of_segment_id"], special["padding_id"],
+                               special["end_of_segment_id"], pad_id=special["padding_id"],
                                pad_to_seq_length=pad_to_seq_length)
 
 
@@ -175,10 +177,6 @@ def create_preprocessor(tokenizer_config: configs.TokenizerConfig,
     `.tokenize` (strings -> ragged ids, with `.get_special_tokens_dict()`) and
     `.bert_pack_inputs(segments, seq_length=...)` for one or two segments.
     """
-    # tensorflow_text registers its ops on import; only string-handling code needs it.
-    from official.nlp.modeling.layers import text_layers
-    from official.nlp.tools import export_tfhub_lib
-
     tokenizer = tokenization.build_tokenizer(tokenizer_config)
     special_tokens = tokenizer.get_special_tokens_dict()
     sentences = tf_keras.layers.Input(shape=(), dtype=tf.string, name="sentences")

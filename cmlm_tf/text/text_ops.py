@@ -11,6 +11,7 @@ commands check their arguments before loading it. After that, `hub.KerasLayer(pa
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 _TENSORFLOW = "tensorflow"
 
@@ -27,8 +28,6 @@ def _register() -> None:
     try:
         import tensorflow_text  # noqa: F401  (registers the ops on import)
     except ImportError as error:
-        import warnings
-
         warnings.warn(
             f"cmlm_tf: import tensorflow_text failed ({error}); the exports' preprocessor/ "
             "and serving/1 need its ops: pip install 'tensorflow-text~=2.20.0', then "

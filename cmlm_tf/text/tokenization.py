@@ -9,17 +9,13 @@ import os
 from typing import Dict
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 import tf_keras
 from absl import logging
+from official.nlp.modeling.layers import text_layers
 
 from cmlm_tf import configs
-
-
-def _text_layers():
-    # tensorflow_text registers its ops on import; only string-handling code needs it.
-    from official.nlp.modeling.layers import text_layers
-
-    return text_layers
+from cmlm_tf.text import bert_normalizer
 
 
 def _existing_file(tokenizer: configs.TokenizerConfig, field: str, what: str) -> str:
@@ -32,7 +28,7 @@ def _existing_file(tokenizer: configs.TokenizerConfig, field: str, what: str) ->
 
 
 def build_tokenizer(tokenizer: configs.TokenizerConfig,
-                    fast_wordpiece: bool = True) -> tf_keras.layers.Layer:
+                    *, fast_wordpiece: bool = True) -> tf_keras.layers.Layer:
     """Returns a tokenizer layer: strings [batch] -> int32 ragged ids.
 
     WordPiece vocabularies tokenize with `FastWordpieceTokenizer` (TF-Text's linear-time
@@ -47,7 +43,7 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig,
     if tokenizer.type == "wordpiece":
         vocab_file = _existing_file(tokenizer, "vocab_file", "vocabulary file")
         if not fast_wordpiece:
-            layer = _text_layers().BertTokenizer(vocab_file=vocab_file,
+            layer = text_layers.BertTokenizer(vocab_file=vocab_file,
                                                  lower_case=tokenizer.lower_case)
             layer.fallback_reason = "classic WordPiece asked for"
             return layer
@@ -58,7 +54,7 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig,
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             logging.warning("%s: the fast WordPiece tokenizer cannot express this vocabulary "
                             "(%s); using the classic BertTokenizer", vocab_file, reason)
-            layer = _text_layers().BertTokenizer(vocab_file=vocab_file,
+            layer = text_layers.BertTokenizer(vocab_file=vocab_file,
                                                  lower_case=tokenizer.lower_case)
             layer.fallback_reason = reason
             return layer
@@ -66,7 +62,7 @@ def build_tokenizer(tokenizer: configs.TokenizerConfig,
         _existing_file(tokenizer, "sp_model_file", "SentencePiece model")
         # The layer keeps the serialized proto, so no path ends up in a SavedModel; it
         # case-folds (`tensorflow_text.case_fold_utf8`) before the SentencePiece op.
-        layer = _text_layers().SentencepieceTokenizer(
+        layer = text_layers.SentencepieceTokenizer(
             lower_case=tokenizer.lower_case, model_file_path=tokenizer.sp_model_file)
         missing = set(SPECIAL_PIECES) - set(layer.get_special_tokens_dict())
         if missing:
@@ -130,18 +126,15 @@ class FastWordpieceTokenizer(tf_keras.layers.Layer):
         [batch, (words), (pieces)], the TF Hub preprocessor's `.tokenize` layout.
     """
 
-    def __init__(self, vocab_file: str, lower_case: bool, **kwargs):
+    def __init__(self, vocab_file: str, *, lower_case: bool, **kwargs):
         super().__init__(**kwargs)
-        import tensorflow_text as tf_text
-
-        from cmlm_tf.text import bert_normalizer
 
         with tf.io.gfile.GFile(vocab_file, "r") as f:
             self._vocab = [line.rstrip("\r\n") for line in f]
         self._tokenizer = tf_text.FastBertTokenizer(
             vocab=self._vocab, token_out_type=tf.int32, unknown_token="[UNK]",
             max_bytes_per_word=MAX_BYTES_PER_WORD, lower_case_nfd_strip_accents=lower_case,
-            fast_bert_normalizer_model_buffer=bert_normalizer.bert_normalizer_model(lower_case))
+            fast_bert_normalizer_model_buffer=bert_normalizer.bert_normalizer_model(lower_case=lower_case))
         self._is_suffix = tf.constant([token.startswith("##") and len(token) > 2
                                        for token in self._vocab])
         self._special_tokens = {"vocab_size": len(self._vocab)}
@@ -220,9 +213,8 @@ class XlmrSentencepieceTokenizer(tf_keras.layers.Layer):
     _FIRST_PIECES = ("<unk>", "<s>", "</s>")
     UNKNOWN_ID = 3
 
-    def __init__(self, sp_model_file: str, lower_case: bool = False, **kwargs):
+    def __init__(self, sp_model_file: str, *, lower_case: bool = False, **kwargs):
         super().__init__(**kwargs)
-        import tensorflow_text as tf_text
 
         with tf.io.gfile.GFile(sp_model_file, "rb") as f:
             self._model_serialized_proto = f.read()
@@ -256,8 +248,6 @@ class XlmrSentencepieceTokenizer(tf_keras.layers.Layer):
 
     def call(self, inputs):
         if self._lower_case:
-            import tensorflow_text as tf_text
-
             inputs = tf_text.case_fold_utf8(inputs)
         pieces = self._tokenizer.tokenize(inputs)
         ids = pieces.flat_values

@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 import tf_keras
+from official.nlp.modeling.layers import transformer_encoder_block
 from tensorflow.compiler.tf2xla.python import xla
 
 from cmlm_tf.runtime import internals
@@ -90,7 +91,7 @@ def lean_activation(activation: Callable[[tf.Tensor], tf.Tensor]):
 
 
 def lean_attention(layer: tf_keras.layers.MultiHeadAttention, query: tf.Tensor,
-                   key: tf.Tensor, value: tf.Tensor, attention_mask: Optional[tf.Tensor],
+                   key: tf.Tensor, value: tf.Tensor, *, attention_mask: Optional[tf.Tensor],
                    seed: Optional[tf.Tensor]) -> tf.Tensor:
     """`layer`'s attention core (scaled dot products, masked softmax, attention dropout,
     weighted sum of the values) on projected `query` [B, T, N, key_dim], `key` and `value`
@@ -140,7 +141,8 @@ def _lean_compute_attention(layer: tf_keras.layers.MultiHeadAttention, original)
         if attention.dropout_rate > 0:
             seed = seeded_dropout.seed_for(attention.dropout_layer)
         # The probabilities are not returned: nothing in a training step asks for them.
-        return lean_attention(layer, query, key, value, attention_mask, seed), None
+        return lean_attention(layer, query, key, value, attention_mask=attention_mask,
+                              seed=seed), None
 
     return compute_attention
 
@@ -148,8 +150,6 @@ def _lean_compute_attention(layer: tf_keras.layers.MultiHeadAttention, original)
 def make_lean(model: tf_keras.layers.Layer) -> int:
     """Makes the attention cores and feed-forward activations of `model` lean in training
     (idempotent); returns how many layers it changed."""
-    from official.nlp.modeling.layers import transformer_encoder_block
-
     changed = 0
     for layer in [model] + list(model.submodules):
         if getattr(layer, "cmlm_lean", False):

@@ -88,7 +88,7 @@ def _add(grad, other):
 # Keras layer they call at each trace, seconds before every first step (and twice as long
 # on busy cores).
 @tf.autograph.experimental.do_not_convert
-def train_step(task, inputs, model: tf_keras.Model, optimizer, metrics=None, *,
+def train_step(task, inputs, model: tf_keras.Model, optimizer, *, metrics=None,
                forward: Optional[Callable[[], Any]],
                ranked: Optional[RankedPart],
                assemble: Callable[[Any, Any], Any]) -> Dict[str, tf.Tensor]:

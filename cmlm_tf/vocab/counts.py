@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 # Lines handed to the tokenizer at once: large enough to amortise the TensorFlow call.
 BATCH_LINES = 4096
 
@@ -115,7 +117,7 @@ def group_specs(spec: str | os.PathLike | Sequence[str | os.PathLike]) -> list[s
 
 
 @functools.lru_cache(maxsize=2)
-def make_pretokenizer(lower_case: bool) -> Callable:
+def make_pretokenizer(*, lower_case: bool) -> Callable:
     """Returns a function: list of lines -> flat numpy array of UTF-8 words (bytes).
 
     It runs `BertTokenizer`'s own basic tokenizer (same class and options), so the words
@@ -134,7 +136,7 @@ def make_pretokenizer(lower_case: bool) -> Callable:
     return words
 
 
-def count_group(spec: str | Sequence[str], lower_case: bool, *, progress: bool = False,
+def count_group(spec: str | Sequence[str], *, lower_case: bool, progress: bool = False,
                 pretokenize: Callable | None = None) -> GroupCounts:
     """Counts the words of one language group (a path/glob, or a list of them).
 
@@ -151,9 +153,8 @@ def count_group(spec: str | Sequence[str], lower_case: bool, *, progress: bool =
     files = list(dict.fromkeys(files))  # a file named twice counts once
     name = specs[0] if len(specs) == 1 else " ".join(specs)
     group = GroupCounts(spec=name, files=files)
-    pretokenize = pretokenize or make_pretokenizer(lower_case)
+    pretokenize = pretokenize or make_pretokenizer(lower_case=lower_case)
 
-    from tqdm import tqdm
 
     total_bytes = sum(os.path.getsize(f) for f in files)
     byte_counts: collections.Counter = collections.Counter()

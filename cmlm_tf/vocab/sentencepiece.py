@@ -11,6 +11,11 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from cmlm_tf.text import tokenization
 from cmlm_tf.vocab import counts
 from cmlm_tf.vocab.counts import VocabError
 
@@ -19,7 +24,7 @@ MIN_SENTENCEPIECE_SIZE = 8
 
 
 def train_sentencepiece(sentences: Iterable[str], model_file: str, vocab_size: int,
-                        lower_case: bool = True, max_sentences: int = 1_000_000) -> int:
+                        *, lower_case: bool = True, max_sentences: int = 1_000_000) -> int:
     """Trains a joint unigram SentencePiece model on `sentences` and writes it to `model_file`.
 
     Ids: `<pad>` 0, `<unk>` 1, `[CLS]` 2, `[SEP]` 3, `[MASK]` 4, then the learned pieces.
@@ -29,9 +34,6 @@ def train_sentencepiece(sentences: Iterable[str], model_file: str, vocab_size: i
     Returns:
         The number of pieces of the written model.
     """
-    import sentencepiece as spm
-    import tensorflow as tf
-
     with tempfile.TemporaryDirectory() as work:
         corpus = os.path.join(work, "corpus.txt")
         count = 0
@@ -40,9 +42,9 @@ def train_sentencepiece(sentences: Iterable[str], model_file: str, vocab_size: i
             for sentence in itertools.islice(sentences, max_sentences):
                 batch.append(sentence)
                 if len(batch) == 4096:
-                    count += _write_sentencepiece_lines(f, batch, lower_case)
+                    count += _write_sentencepiece_lines(f, batch, lower_case=lower_case)
                     batch = []
-            count += _write_sentencepiece_lines(f, batch, lower_case)
+            count += _write_sentencepiece_lines(f, batch, lower_case=lower_case)
         if not count:
             raise ValueError(f"{model_file}: no text to train a SentencePiece model on")
         spm.SentencePieceTrainer.train(
@@ -57,7 +59,7 @@ def train_sentencepiece(sentences: Iterable[str], model_file: str, vocab_size: i
     return spm.SentencePieceProcessor(model_file=model_file).get_piece_size()
 
 
-def _write_sentencepiece_lines(f, batch: list[str], lower_case: bool) -> int:
+def _write_sentencepiece_lines(f, batch: list[str], *, lower_case: bool) -> int:
     """Writes the non-blank sentences of `batch` (whitespace folded; case-folded with
     `lower_case`, as `tensorflow_text.case_fold_utf8` does); returns how many."""
     lines = [" ".join(s.split()) for s in batch]
@@ -65,11 +67,6 @@ def _write_sentencepiece_lines(f, batch: list[str], lower_case: bool) -> int:
     if not lines:
         return 0
     if lower_case:
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
-        from cmlm_tf.text import tokenization
-
         folded = tf_text.case_fold_utf8(tokenization.valid_utf8(tf.constant(lines))).numpy()
         lines = [s.decode("utf-8") for s in folded]
     f.write("\n".join(lines) + "\n")
@@ -77,7 +74,7 @@ def _write_sentencepiece_lines(f, batch: list[str], lower_case: bool) -> int:
 
 
 def build_sentencepiece(input_groups: Sequence[Sequence[str] | str], vocab_size: int,
-                        model_file: str, lower_case: bool = False,
+                        model_file: str, *, lower_case: bool = False,
                         log: Callable[[str], None] | None = None) -> int:
     """Learns a SentencePiece model from the lines of text files; returns its piece count.
 

@@ -68,8 +68,8 @@ def learn_wordpiece(word_counts: dict[str, float], vocab_size: int,
 
 
 def build_vocab(input_groups: Sequence[Sequence[str] | str], vocab_size: int,
-                lower_case: bool = False,
-                smoothing_exponent: float = DEFAULT_SMOOTHING_EXPONENT, *,
+                *, lower_case: bool = False,
+                smoothing_exponent: float = DEFAULT_SMOOTHING_EXPONENT,
                 progress: bool = False,
                 log: Callable[[str], None] | None = None) -> list[str]:
     """Learns a WordPiece vocabulary from language groups of text files.
@@ -105,8 +105,9 @@ def build_vocab(input_groups: Sequence[Sequence[str] | str], vocab_size: int,
         for s in counts.group_specs(spec):
             counts.expand_input(s)
 
-    pretokenize = counts.make_pretokenizer(lower_case)
-    groups = [counts.count_group(spec, lower_case, progress=progress, pretokenize=pretokenize)
+    pretokenize = counts.make_pretokenizer(lower_case=lower_case)
+    groups = [counts.count_group(spec, lower_case=lower_case, progress=progress,
+                                 pretokenize=pretokenize)
               for spec in input_groups]
     token_counts = [g.tokens for g in groups]
     weights = counts.language_weights(token_counts, smoothing_exponent)

@@ -6,15 +6,17 @@ import subprocess
 import sys
 
 import pytest
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as text
 
+from cmlm_tf import configs
 from cmlm_tf.commands import build_vocab as bv
+from cmlm_tf.text import tokenization
 from tests.conftest import REPO_DIR, check_vocab_format, run_child
 
 
 def test_cli_vocab_works_with_bert_tokenizer(vocab_corpus, tmp_path, capsys):
-    import tensorflow as tf
-    import tensorflow_text as text
-
     out = tmp_path / "vocab.txt"
     rc = bv.main(["--input", vocab_corpus[0], "--input", vocab_corpus[1], "--vocab_size", "150",
                   "--lower_case", "--output", str(out), "--quiet"])
@@ -37,12 +39,6 @@ def test_cli_vocab_works_with_bert_tokenizer(vocab_corpus, tmp_path, capsys):
 
 
 def test_cli_sentencepiece_model_works_with_the_tokenizer(vocab_corpus, tmp_path, capsys):
-    import sentencepiece as spm
-    import tensorflow as tf
-
-    from cmlm_tf import configs
-    from cmlm_tf.text import tokenization
-
     out = tmp_path / "sp.model"
     rc = bv.main(["--type", "sentencepiece", "--input", vocab_corpus[0], "--input", vocab_corpus[1],
                   "--vocab_size", "120", "--lower_case", "--output", str(out), "--quiet"])

@@ -4,10 +4,10 @@ errors."""
 
 import pytest
 
+from cmlm_tf.commands import common, evaluate
+
 
 def test_flag_check_knows_prefixes_numbers_and_subcommands():
-    from cmlm_tf.commands import common, evaluate
-
     parser = common.ArgumentParser(prog="x")
     parser.add_argument("--model_dir")
     parser.add_argument("--steps", type=int)
@@ -18,8 +18,6 @@ def test_flag_check_knows_prefixes_numbers_and_subcommands():
 
 
 def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys, monkeypatch):
-    from cmlm_tf.commands import common
-
     def mistake():
         raise ValueError("task.train_data.input_path: no file matches 'x*.txt'\nmore detail")
 

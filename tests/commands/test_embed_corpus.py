@@ -2,16 +2,16 @@
 one line, and the flags of `--help` and Beam's pass-through. (End to end in subprocesses:
 tests/driver/test_embed_corpus.py.)"""
 
+import shutil
 import sys
 
 import pytest
 
+import cmlm_tf.scale
 from cmlm_tf.commands import embed_corpus
 
 
 def test_missing_beam_names_the_extra(tmp_path, tiny_export, monkeypatch, capsys):
-    import cmlm_tf.scale
-
     monkeypatch.setitem(sys.modules, "apache_beam", None)  # "import apache_beam" fails
     monkeypatch.delitem(sys.modules, "cmlm_tf.scale.embed", raising=False)
     monkeypatch.delattr(cmlm_tf.scale, "embed", raising=False)
@@ -40,8 +40,6 @@ def test_help_lists_the_flags_and_beam_options_pass_through(capsys):
 def test_an_output_inside_the_model_is_refused(tmp_path, tiny_export, capsys):
     """`--output` inside the export (or on an input) would write into it: one line, and
     the export unchanged."""
-    import shutil
-
     model = tmp_path / "model"
     shutil.copytree(tiny_export, model)
     before = sorted(p.name for p in model.iterdir())

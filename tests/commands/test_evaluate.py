@@ -14,6 +14,7 @@ import pytest
 import cmlm_tf
 from cmlm_tf.commands import evaluate, mine
 from cmlm_tf.evaluation import bias, mining, pcr, retrieval, sts
+from cmlm_tf.evaluation.mteb_adapter import MTEBEncoder
 from tests.conftest import TINY_WORDS
 
 
@@ -295,8 +296,6 @@ def test_mteb_command_without_mteb_names_the_extra(monkeypatch, capsys, tmp_path
 
 
 def test_loaded_model_without_mteb(monkeypatch, tiny_export):
-    from cmlm_tf.evaluation.mteb_adapter import MTEBEncoder
-
     model = MTEBEncoder(cmlm_tf.load(str(tiny_export)))
     monkeypatch.setitem(sys.modules, "mteb", None)
     assert not hasattr(model, "mteb_model_meta")

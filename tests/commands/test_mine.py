@@ -7,9 +7,11 @@ import sys
 import types
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from cmlm_tf.commands import common, mine
+from cmlm_tf.scale import corpus_lines, embedding_files
 from tests.conftest import one_error_line
 
 REQUIRED = ["--src", "s.txt", "--tgt", "t.txt", "--output", "pairs.tsv"]
@@ -61,16 +63,12 @@ def test_ann_without_its_library_is_one_line_and_exit_code_2(monkeypatch, capsys
 
 def _empty_vectors(folder):
     """An embeddings folder of a text with no line to embed: one shard of no rows."""
-    import pyarrow.parquet as pq
-
-    from cmlm_tf.scale import corpus_lines, embedding_files
-
     folder.mkdir()
     pq.write_table(embedding_files.schema().empty_table(),
                    folder / embedding_files.shard_name(0, 1))
     embedding_files.write_manifest(str(folder), embedding_files.make_manifest(
-        "/exports/model", 4, [str(folder) + ".txt"], None, 1,
-        dict.fromkeys(corpus_lines.COUNTS, 0)))
+        "/exports/model", 4, [str(folder) + ".txt"], None, shards=1,
+        counts=dict.fromkeys(corpus_lines.COUNTS, 0)))
     return folder
 
 

@@ -36,7 +36,8 @@ def test_the_filters_on_vectors():
     source_vectors = vectors[[keys.index(miner.text_key(t)) for t in targets]] * 0.9 + \
         0.1 * rng.normal(size=(len(targets), 8))
     source_vectors /= np.linalg.norm(source_vectors, axis=1, keepdims=True)
-    found = miner.mine(sources, targets, source_vectors, candidates, vectors, 3,
+    found = miner.mine(sources, targets, source_vectors, candidates, candidate_vectors=vectors,
+                       num_negatives=3,
                        range_max=8, duplicate_cosine=1.5)
     for target, negatives in zip(targets, found):
         assert negatives is not None and len(negatives) == 3
@@ -46,16 +47,19 @@ def test_the_filters_on_vectors():
         scores = [source_vectors[row] @ vectors[candidates.index(n)] for n in negatives]
         assert scores == sorted(scores, reverse=True)
     # range_min skips the hardest; a candidate as close as the target itself is a duplicate.
-    skipped = miner.mine(sources, targets, source_vectors, candidates, vectors, 3,
+    skipped = miner.mine(sources, targets, source_vectors, candidates, candidate_vectors=vectors,
+                         num_negatives=3,
                          range_min=1, range_max=8, duplicate_cosine=1.5)
     assert all(s[:2] == f[1:3] for s, f in zip(skipped, found))
     twin = vectors.copy()
     twin[1] = twin[0]  # candidate 1 now embeds exactly as candidate 0
-    near = miner.mine(sources[:1], targets[:1], source_vectors[:1], candidates, twin, 3,
+    near = miner.mine(sources[:1], targets[:1], source_vectors[:1], candidates,
+                      candidate_vectors=twin, num_negatives=3,
                       range_max=8)
     assert candidates[1] not in near[0]
     # A margin no candidate can meet leaves every pair out.
-    assert miner.mine(sources, targets, source_vectors, candidates, vectors, 3,
+    assert miner.mine(sources, targets, source_vectors, candidates, candidate_vectors=vectors,
+                      num_negatives=3,
                       margin=3.0) == [None] * len(PAIRS)
 
 

@@ -80,11 +80,13 @@ def test_training_repeats_the_files(tmp_path):
 def test_pipelines_split_files_or_records_without_overlap(tmp_path):
     paths = _write(tmp_path, ["a", "b", "c"], lines=("1", "2"))
     read = tf.data.TextLineDataset
-    by_file = [_records(files.interleave_files(paths, read, _context(2, i), is_training=False))
+    by_file = [_records(files.interleave_files(paths, read, input_context=_context(2, i),
+                                               is_training=False))
                for i in range(2)]
     assert sorted(by_file[0]) == ["a:1", "a:2", "c:1", "c:2"]
     assert sorted(by_file[1]) == ["b:1", "b:2"]
     one = _write(tmp_path, ["d"], lines=("1", "2", "3", "4", "5"))
-    by_record = [_records(files.interleave_files(one, read, _context(2, i), is_training=False))
+    by_record = [_records(files.interleave_files(one, read, input_context=_context(2, i),
+                                                 is_training=False))
                  for i in range(2)]
     assert by_record == [["d:1", "d:3", "d:5"], ["d:2", "d:4"]]

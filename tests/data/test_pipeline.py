@@ -9,7 +9,7 @@ from official.core import config_definitions as cfg
 from cmlm_tf.data import pipeline
 
 
-def _config(batch_size, is_training, drop_remainder=True, seed=None):
+def _config(batch_size, is_training, *, drop_remainder=True, seed=None):
     return cfg.DataConfig(global_batch_size=batch_size, is_training=is_training,
                           drop_remainder=drop_remainder, seed=seed)
 

@@ -25,7 +25,7 @@ def test_only_the_leading_text_fields_are_checked():
 
 def test_no_valid_records_names_the_field_the_files_and_what_was_read():
     error = records.no_valid_records(["a.tsv", "b.tsv", "c.tsv", "d.tsv"], "task.train_data",
-                                     "pair", 10, 10, "lines", complete=False,
+                                     "pair", 10, malformed=10, unit="lines", complete=False,
                                      first_problem="field 2 is empty")
     assert str(error) == ("task.train_data: a.tsv, b.tsv, c.tsv... holds no valid pair (the "
                           "first 10 lines read, 10 malformed; first: field 2 is empty)")

@@ -322,68 +322,6 @@ def tfsm_vectors(serving_dir, texts_file, vectors_file):
         for i in range(0, len(texts), 64)]))
 
 
-class _HalfWriter:
-    """Writes half of what it is given, then the process dies, as under kill -9."""
-
-    def __init__(self, file):
-        self.file = file
-
-    def write(self, data):
-        import os
-
-        self.file.write(data[:len(data) // 2])
-        self.file.flush()
-        os._exit(137)
-
-    def __getattr__(self, name):
-        return getattr(self.file, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return self.file.__exit__(*exc)
-
-
-def import_killed_at_write(kill_at, count_file, watched, *argv):
-    """`python -m cmlm_tf.import_model ARGV`, killed (`os._exit(137)`) at its `kill_at`-th
-    file write (half-way through it) or rename of a path under `watched`; each such event
-    rewrites `count_file` with the count so far."""
-    import builtins
-    import os
-
-    kill_at, events = int(kill_at), []
-
-    def event(what):
-        events.append(what)
-        with open(count_file, "w", encoding="utf-8") as f:
-            f.write(str(len(events)))
-        return len(events) == kill_at
-
-    real_open = builtins.open
-
-    def hooked_open(file, mode="r", *args, **kwargs):
-        handle = real_open(file, mode, *args, **kwargs)
-        if (isinstance(file, (str, os.PathLike)) and "w" in mode
-                and os.path.abspath(file).startswith(watched) and event(("write", file))):
-            return _HalfWriter(handle)
-        return handle
-
-    def hooked(real):
-        def rename(src, dst, *args, **kwargs):
-            if (any(os.path.abspath(p).startswith(watched) for p in (src, dst))
-                    and event(("rename", dst))):
-                os._exit(137)
-            return real(src, dst, *args, **kwargs)
-        return rename
-
-    builtins.open = hooked_open
-    os.rename, os.replace = hooked(os.rename), hooked(os.replace)
-    from cmlm_tf.commands import import_model
-
-    return import_model.main(list(argv))
-
-
 def sleep(seconds, *labels):
     """Sleeps `seconds`; `labels` only show in the command line (a stand-in for a process
     that another looks for by its command line)."""
@@ -405,7 +343,7 @@ def mine_flat(count):
 
     vectors = np.random.default_rng(0).standard_normal((int(count), 16)).astype(np.float32)
     settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="flat")
-    corpus_mining.mine_vectors(settings, vectors, vectors[::-1], (), print)
+    corpus_mining.mine_vectors(settings, vectors, vectors[::-1], (), stage=print)
 
 
 def main(argv, functions=None):

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cmlm_tf.driver import train_lib
+from cmlm_tf.tasks import experiment_registry
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, cli_env, run_child
 
 CLIS = {
@@ -39,8 +41,6 @@ def test_help_exits_0_and_lists_the_flags(module, capsys):
     for flag in CLIS[module]:
         assert flag in text, flag
     if module == "cmlm_tf.commands.train":
-        from cmlm_tf.tasks import experiment_registry
-
         for name in experiment_registry.EXPERIMENTS:
             assert name in text
         assert "cmlm_tiny" in text  # packaged recipes by name
@@ -186,8 +186,6 @@ def test_typos_get_did_you_mean_before_tensorflow_starts():
 ])
 def test_zero_learning_rate_guard_ends_with_the_override_that_fixes_it(override, start_step,
                                                                         fix):
-    from cmlm_tf.driver import train_lib
-
     params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"], override)
     with pytest.raises(ValueError, match="learning rate is 0") as raised:
         train_lib.check_learning_rate(params, start_step)

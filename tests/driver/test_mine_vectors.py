@@ -13,6 +13,11 @@ import pytest
 pytest.importorskip("apache_beam", reason="the scale extra (pip install -e '.[scale]')")
 pytest.importorskip("faiss", reason="the scale extra (pip install -e '.[scale]')")
 
+import shutil  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
 from cmlm_tf import mine  # noqa: E402
 from cmlm_tf.scale import embed, embedding_files  # noqa: E402
 from tests.conftest import TINY_WORDS  # noqa: E402
@@ -36,7 +41,7 @@ def corpus(tmp_path_factory, tiny_export):
     tgt_file.write_text("\n".join(tgt) + "\n", encoding="utf-8")
     for name, path in (("src", src_file), ("tgt", tgt_file)):
         embed.run(embed.EmbedConfig(str(tiny_export), [str(path)], str(folder / f"{name}_emb")),
-                  IN_PROCESS, report=lambda line: None)
+                  beam_args=IN_PROCESS, report=lambda line: None)
     return folder
 
 
@@ -105,7 +110,7 @@ def test_a_source_file_changed_after_embedding_is_refused(capsys, tmp_path, tiny
     src = tmp_path / "src.txt"
     src.write_text("\n".join(_sentences(12, 33)) + "\n", encoding="utf-8")
     embed.run(embed.EmbedConfig(str(tiny_export), [str(src)], str(tmp_path / "emb")),
-              IN_PROCESS, report=lambda line: None)
+              beam_args=IN_PROCESS, report=lambda line: None)
     src.write_text("only one line\n", encoding="utf-8")
     capsys.readouterr()  # what the embedding run logged (Beam's runner notes) is not mine's
     code, err = _mine(capsys, ["--src", str(src), "--tgt", str(src), "--src_vectors",
@@ -118,8 +123,6 @@ def test_a_source_file_changed_after_embedding_is_refused(capsys, tmp_path, tiny
 
 def _copy(corpus, tmp_path):
     """The corpus's texts and embeddings folders, copied where a test may change them."""
-    import shutil
-
     for name in ("src.txt", "tgt.txt"):
         shutil.copy2(corpus / name, tmp_path / name)
     for name in ("src_emb", "tgt_emb"):
@@ -134,9 +137,6 @@ def _copy(corpus, tmp_path):
 
 def _rows_to(folder, base):
     """Points the rows' sources of the copied shards at `base` (they name the original)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     for shard in folder.glob("part-*.parquet"):
         table = pq.read_table(shard)
         sources = [str(base / pathlib.Path(source).name)

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+from cmlm_tf.driver import run_dir
 from tests.conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
@@ -54,8 +55,6 @@ def test_training_logs_are_plain_lines_with_the_full_format_in_the_run_folder(tm
     """A resumed run: no absl prefix on the console, no per-checkpoint chatter from
     libraries, one "restored" line, one steps/s figure; MODEL_DIR/train.log has every line
     in absl's full format."""
-    from cmlm_tf.driver import run_dir
-
     model_dir = tmp_path / "run"
 
     def train(steps):
@@ -79,5 +78,5 @@ def test_training_logs_are_plain_lines_with_the_full_format_in_the_run_folder(tm
     assert len([line for line in lines if "steps/s" in line]) >= 1
     assert "finished: step 10" in lines[-1]
     log = (model_dir / run_dir.LOG_FILE).read_text(encoding="utf-8")
-    assert re.search(r"^I\d{4} .* train\.py:\d+\] finished: step 10 ", log, re.M), log[-2000:]
+    assert re.search(r"^I\d{4} .* train_lib\.py:\d+\] finished: step 10 ", log, re.M), log[-2000:]
     assert "Sharding callback" in log or "Sync on async" in log  # kept in the file

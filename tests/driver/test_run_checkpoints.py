@@ -9,7 +9,9 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
+from cmlm_tf.commands import export as export_cli
 from cmlm_tf.driver import run_checkpoints
 from tests.conftest import cli_env, tiny_train_command
 
@@ -37,8 +39,6 @@ def _checkpoints(model_dir):
 
 def _save_checkpoints(model_dir, steps):
     """A bare `tf.train.CheckpointManager` saving one variable at each of `steps`."""
-    import tensorflow as tf
-
     value = tf.Variable(0.0)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(value=value), str(model_dir),
                                          max_to_keep=5)
@@ -48,8 +48,6 @@ def _save_checkpoints(model_dir, steps):
 
 
 def _state(model_dir):
-    import tensorflow as tf
-
     state = tf.train.get_checkpoint_state(str(model_dir))
     return state.model_checkpoint_path, list(state.all_model_checkpoint_paths)
 
@@ -69,8 +67,6 @@ def test_recover_keeps_the_state_of_an_intact_run(tmp_path, monkeypatch, relativ
 @pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
 def test_recover_after_a_missing_checkpoint_writes_a_state_that_resolves(
         tmp_path, monkeypatch, relative):
-    import tensorflow as tf
-
     monkeypatch.chdir(tmp_path)
     model_dir = "runs/x" if relative else str(tmp_path / "runs" / "x")
     _save_checkpoints(model_dir, [400, 800, 1200])
@@ -126,8 +122,6 @@ def test_killed_run_with_a_corrupt_checkpoint_resumes_from_the_newest_intact_one
 @pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
 def test_export_of_a_corrupt_checkpoint_names_the_file(tmp_path, tiny_run_dir, monkeypatch,
                                                        relative):
-    from cmlm_tf.commands import export as export_cli
-
     run = tmp_path / "run"
     shutil.copytree(tiny_run_dir, run)
     data = next(run.glob("ckpt-*.data-*"))

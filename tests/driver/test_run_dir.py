@@ -3,17 +3,26 @@ lock taken over by one process only, a rerun and a Ctrl-C that resume, a truncat
 (Corrupt checkpoints: tests/driver/test_run_checkpoints.py.)"""
 
 import json
+import multiprocessing
 import os
 import pathlib
+import queue
+import re
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import types
 
 import pytest
 
+import cmlm_tf
 from cmlm_tf.driver import run_dir
+from cmlm_tf.driver import runner as runner_lib
 from tests.conftest import (
     REPO_DIR,
     TINY_CMLM_OVERRIDES,
@@ -36,8 +45,6 @@ def _checkpoints(model_dir):
 
 def _readme_main_job():
     """The README's main job (train, export, similarity) as argument lists."""
-    import shlex
-
     line = next(line for line in (REPO_DIR / "README.md").read_text().splitlines()
                 if "python -m cmlm_tf.train --experiment=cmlm_tf/cmlm" in line)
     steps = [shlex.split(part) for part in line.split(" && ")
@@ -89,10 +96,6 @@ def test_ctrl_c_saves_the_step_reached_and_the_rerun_resumes_there(tmp_path):
     """SIGINT in a run whose checkpoint interval is longer than the run: one line names the
     checkpoint saved at the step reached, and exit 130. The rerun resumes from that step and
     its input skips the batches trained; rerunning the finished run skips none."""
-    import queue
-    import re
-    import threading
-
     model_dir = tmp_path / "run"
 
     def command(steps):
@@ -149,11 +152,6 @@ def test_the_end_of_training_does_not_wait_for_the_input_to_close():
     """The runner's close of the training input returns while the iterator's destructor
     (tf.data stopping its threads: up to a minute on busy cores) still runs, and the
     destructor then completes. Nothing is timed: the destructor waits for the test."""
-    import threading
-    import types
-
-    from cmlm_tf.driver import runner as runner_lib
-
     started, proceed, finished = threading.Event(), threading.Event(), threading.Event()
 
     class SlowIterator:
@@ -202,7 +200,6 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, monkeypatch, relat
         model_dir = pathlib.Path("run")
     dead = subprocess.Popen([sys.executable, "--version"], stdout=subprocess.DEVNULL)
     dead.wait()
-    import socket
 
     (model_dir / run_dir.LOCK_FILE).write_text(json.dumps(
         {"pid": dead.pid, "host": socket.gethostname(), "started": "earlier"}))
@@ -214,8 +211,6 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, monkeypatch, relat
 
 
 def test_load_of_a_truncated_savedmodel_is_one_error(tmp_path, tiny_export):
-    import cmlm_tf
-
     copy = tmp_path / "copy"
     shutil.copytree(tiny_export, copy)
     variables = next((copy / "serving" / "1" / "variables").glob("variables.data-*"))
@@ -240,9 +235,6 @@ def _race_for_the_lock(model_dir, barrier, results):
 
 
 def test_two_processes_never_both_take_over_a_stale_lock(tmp_path):
-    import multiprocessing
-    import socket
-
     context = multiprocessing.get_context("fork")
     dead = subprocess.Popen([sys.executable, "--version"], stdout=subprocess.DEVNULL)
     dead.wait()

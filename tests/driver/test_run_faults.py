@@ -13,6 +13,9 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
+from official.modeling.hyperparams import params_dict
+from tensorflow.python.checkpoint import functional_saver
 
 from cmlm_tf.commands import train
 from cmlm_tf.driver import run_checkpoints, run_dir, train_lib
@@ -151,8 +154,6 @@ def test_full_disk_while_taking_the_lock_leaves_no_lock(tmp_path, monkeypatch):
 
 
 def test_full_disk_while_writing_params_keeps_the_previous_file(tmp_path, monkeypatch):
-    from official.modeling.hyperparams import params_dict
-
     params = train_lib.build_params("cmlm_tf/cmlm", ["cmlm_tiny"])
     path = run_dir.write_params(params, str(tmp_path))
     before = open(path).read()
@@ -172,9 +173,6 @@ def test_full_disk_while_writing_params_keeps_the_previous_file(tmp_path, monkey
 def test_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_older_one(
         tmp_path, monkeypatch, capsys):
     """The second checkpoint's `SaveV2` fails as TensorFlow reports a full disk."""
-    import tensorflow as tf
-    from tensorflow.python.checkpoint import functional_saver
-
     save_v2, calls = functional_saver.io_ops.save_v2, []
 
     def failing_save_v2(prefix, *args, **kwargs):
@@ -226,8 +224,6 @@ def test_params_on_a_full_tmpfs_keep_the_previous_file(small_disk):
 
 def test_training_onto_a_full_tmpfs_is_one_line_and_keeps_the_older_checkpoint(small_disk):
     """The run's folder holds its first checkpoint but not the second."""
-    import tensorflow as tf
-
     folder = small_disk(TMPFS_FOR_ONE_CHECKPOINT)
     model_dir = folder / "run"
     result = _train(model_dir, "trainer.train_steps=20,trainer.max_to_keep=5")

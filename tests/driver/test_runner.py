@@ -3,9 +3,12 @@ metric lines logged once, as plain numbers."""
 
 import os
 import signal
+import types
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
+from orbit import controller
 
 from cmlm_tf.driver import checkpoint_manager, run_checkpoints, runner
 
@@ -22,8 +25,6 @@ def test_a_second_ctrl_c_during_the_stops_own_save_still_saves_and_records(
         tmp_path, monkeypatch, ctrl_c_as_in_a_terminal):
     """The first Ctrl-C stopped the loop; the second comes while the stop saves the step
     reached: that save finishes, is recorded, and the stop reports it."""
-    import types
-
     manager, step = _manager(tmp_path)
     step.assign(10)
     manager.save(checkpoint_number=10)
@@ -43,9 +44,6 @@ def test_a_second_ctrl_c_during_the_stops_own_save_still_saves_and_records(
 
 
 def test_orbit_metric_lines_are_logged_once_as_plain_numbers(monkeypatch):
-    import numpy as np
-    from orbit import controller
-
     lines = []
     monkeypatch.setattr(logging, "info", lambda fmt, *args: lines.append(fmt % args))
     with runner.orbit_logs_once():

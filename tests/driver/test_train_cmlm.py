@@ -11,7 +11,7 @@ import tensorflow as tf
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, subprocess_env
 
 
-def _train(model_dir, steps, extra="", env=None, timeout=3600):
+def _train(model_dir, steps, *, extra="", env=None, timeout=3600):
     cmd = [sys.executable, "-m", "cmlm_tf.train", "--experiment=cmlm_tf/cmlm",
            "--config_file=configs/cmlm_tiny.yaml", "--mode=train", f"--model_dir={model_dir}",
            f"--params_override={TINY_CMLM_OVERRIDES},trainer.train_steps={steps}{extra}"]

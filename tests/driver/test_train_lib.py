@@ -4,7 +4,7 @@ tests/driver/test_cli.py and tests/driver/test_run_faults.py.)"""
 
 import pytest
 
-from cmlm_tf.driver import train_lib
+from cmlm_tf.driver import run_checkpoints, train_lib
 
 
 def test_an_unknown_mode_is_refused_before_the_run_directory_is_touched(tmp_path):
@@ -15,8 +15,6 @@ def test_an_unknown_mode_is_refused_before_the_run_directory_is_touched(tmp_path
 
 
 def test_a_new_run_directory_has_no_checkpoint_and_is_locked_while_training(tmp_path):
-    from cmlm_tf.driver import run_checkpoints
-
     model_dir = tmp_path / "run"
     lock = train_lib.lock_run_dir(str(model_dir), training=True)
     try:

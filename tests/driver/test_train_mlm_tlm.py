@@ -7,12 +7,11 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+import cmlm_tf
 from tests.conftest import REPO_DIR, subprocess_env
 
 
 def test_tiny_labse_script_runs_three_stages_and_exports(tmp_path):
-    import cmlm_tf
-
     env = dict(subprocess_env(), PYTHON=sys.executable, STAGE_STEPS="2 2 2",
                BITEXT_STEPS="2", EXTRA_OVERRIDES=",".join([
                    "task.model.encoder.hidden_size=32",

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from cmlm_tf import inference
+from cmlm_tf.commands import export as export_cli
 from tests.conftest import REPO_DIR, TINY_CMLM_OVERRIDES, subprocess_env
 
 
@@ -30,9 +32,6 @@ def _queue_ptr(model_dir):
 
 
 def test_driver_trains_and_exports_the_target_side(tmp_path):
-    from cmlm_tf import inference
-    from cmlm_tf.commands import export as export_cli
-
     run_dir = tmp_path / "run"
     # With the NLI multitask on: each step also classifies a batch of NLI pairs.
     nli_file = tmp_path / "nli.tsv"

@@ -8,6 +8,9 @@ import sys
 
 import numpy as np
 
+from cmlm_tf import configs, inference
+from cmlm_tf.commands import export as export_cli
+from cmlm_tf.modeling import sentence_encoder
 from cmlm_tf.modeling.sentence_encoder import write_encoder_checkpoint
 from cmlm_tf.tasks import nli as nli_task
 from tests.conftest import REPO_DIR, subprocess_env, validation_scalars
@@ -57,10 +60,6 @@ trainer:
 
 
 def test_driver_learns_a_generated_task_and_exports(tmp_path):
-    from cmlm_tf import configs, inference
-    from cmlm_tf.commands import export as export_cli
-    from cmlm_tf.modeling import sentence_encoder
-
     encoder_config = configs.EncoderConfig(
         vocab_size=3627, hidden_size=32, num_layers=1, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=64)

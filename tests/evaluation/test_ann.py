@@ -14,7 +14,7 @@ from cmlm_tf.vectors import unit_rows
 pytest.importorskip("faiss", reason="the scale extra (pip install -e '.[scale]')")
 
 
-def clustered(n, dim=32, clusters=20, spread=0.35, seed=0):
+def clustered(n, *, dim=32, clusters=20, spread=0.35, seed=0):
     """Unit vectors around `clusters` centres: the shape of real sentence embeddings."""
     rng = np.random.default_rng(seed)
     centres = unit_rows(rng.standard_normal((clusters, dim), dtype=np.float32))

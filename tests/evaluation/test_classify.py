@@ -9,7 +9,7 @@ from cmlm_tf.evaluation import classify
 pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
-def _clusters(rng, per_label, labels=("neg", "pos"), dim=4, spread=0.3):
+def _clusters(rng, per_label, *, labels=("neg", "pos"), dim=4, spread=0.3):
     centres = {label: 3.0 * np.eye(dim)[i] for i, label in enumerate(labels)}
     y = np.repeat(labels, per_label)
     x = np.stack([centres[label] for label in y]) + rng.normal(0, spread, (len(y), dim))
@@ -40,11 +40,11 @@ def test_random_labels_score_near_chance():
 def test_a_dev_set_chooses_c_by_its_accuracy():
     rng = np.random.default_rng(2)
     labels = ("a", "b", "c")
-    train_x, train_y = _clusters(rng, 6, labels)
-    test_x, test_y = _clusters(rng, 6, labels)
-    dev_x, dev_y = _clusters(rng, 4, labels)
+    train_x, train_y = _clusters(rng, 6, labels=labels)
+    test_x, test_y = _clusters(rng, 6, labels=labels)
+    dev_x, dev_y = _clusters(rng, 4, labels=labels)
     dev_y[0] = "c"  # one dev label no C can get right: dev accuracy 11/12 at best
-    result = classify.probe_accuracy(train_x, train_y, test_x, test_y, dev_x, dev_y,
+    result = classify.probe_accuracy(train_x, train_y, test_x, test_y, dev_x=dev_x, dev_y=dev_y,
                                      c_grid=(4.0, 1.0))
     assert result["selection"] == "dev" and result["num_labels"] == 3
     assert result["selection_accuracy"] == pytest.approx(11 / 12)

@@ -63,18 +63,19 @@ def test_retrieval_accuracy_both_ways():
 def test_pcr_fits_one_component_per_language_or_applies_given_ones():
     encode = FakeEncoder()
     src, tgt = ["s0", "s1", "s2"], ["t0", "t1", "t2"]
-    result, fitted = suite.run_retrieval(encode, src, tgt, "en", "fr", fit_pcr=True)
+    result, fitted = suite.run_retrieval(encode, src, tgt, src_lang="en", tgt_lang="fr",
+                                         fit_pcr=True)
     assert result["src2tgt_accuracy"] == result["tgt2src_accuracy"] == 1.0
     assert sorted(fitted.components) == ["en", "fr"]
     np.testing.assert_allclose(fitted.components["en"], E[3], atol=1e-6)
     np.testing.assert_allclose(fitted.components["fr"], E[4], atol=1e-6)
     assert encode.calls == [src, tgt]
-    again, none = suite.run_retrieval(encode, src, tgt, "en", "fr", pcr=fitted)
+    again, none = suite.run_retrieval(encode, src, tgt, src_lang="en", tgt_lang="fr", pcr=fitted)
     assert again == result and none is None
     with pytest.raises(ValueError, match="exclusive"):
         suite.run_retrieval(encode, src, tgt, fit_pcr=True, pcr=fitted)
     with pytest.raises(ValueError, match="no PCR component for language 'de'"):
-        suite.run_retrieval(encode, src, tgt, "de", "fr", pcr=fitted)
+        suite.run_retrieval(encode, src, tgt, src_lang="de", tgt_lang="fr", pcr=fitted)
 
 
 def test_parts_in_one_language_share_one_component():
@@ -82,7 +83,7 @@ def test_parts_in_one_language_share_one_component():
     table = {f"w{i}": rng.normal(size=4) + [3.0, 0, 0, 0] for i in range(6)}
     first, second = ["w0", "w1", "w2"], ["w3", "w4", "w5"]
     vectors, fitted = suite.embed_languages(FakeEncoder(table), [("en", first),
-                                                                  ("en", second)], True)
+                                                                  ("en", second)], fit_pcr=True)
     assert list(fitted.components) == ["en"]
     matrix = np.stack([table[f"w{i}"] for i in range(6)])
     expected = np.linalg.svd(matrix)[2][0]
@@ -109,7 +110,7 @@ def test_mine_texts_recovers_a_permuted_alignment():
 
 def _mining(gold, **kwargs):
     return suite.run_mining(FakeEncoder(), ["id0", "id1", "id2"], ["one0", "one1", "one2"],
-                            ["tid2", "tid0", "tid1"], ["one2", "one0", "one1"], gold, k=2,
+                            ["tid2", "tid0", "tid1"], tgt=["one2", "one0", "one1"], gold=gold, k=2,
                             **kwargs)[0]
 
 

@@ -12,8 +12,10 @@ import tempfile
 
 import pytest
 
+from cmlm_tf.commands import mine, mine_hard_negatives
 from cmlm_tf.export import export_lib
 from cmlm_tf.files import staged_folder
+from cmlm_tf.scale import corpus_mining
 from tests.conftest import fill_disk, one_error_line, subprocess_env
 
 
@@ -66,8 +68,6 @@ PAIRS = [("the dog runs", "el perro corre"), ("a cat sleeps", "un gato duerme"),
 
 
 def _run_miner(name, tmp_path, tiny_export, output):
-    from cmlm_tf.commands import mine, mine_hard_negatives
-
     if name == "mine":
         src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
         src.write_text("".join(s + "\n" for s, _ in PAIRS), encoding="utf-8")
@@ -84,9 +84,6 @@ def _run_miner(name, tmp_path, tiny_export, output):
 @pytest.mark.parametrize("name", ["mine", "mine_hard_negatives"])
 def test_miner_on_a_full_disk_leaves_no_partial_output(name, tmp_path, tiny_export,
                                                        monkeypatch, capsys):
-    from cmlm_tf.commands import mine_hard_negatives
-    from cmlm_tf.scale import corpus_mining
-
     # The module that opens the output file (`mine` writes it in `corpus_mining`).
     module = {"mine": corpus_mining, "mine_hard_negatives": mine_hard_negatives}[name]
     folder = tmp_path / "mined"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +12,11 @@ import tensorflow as tf
 import tensorflow_hub as hub
 import tensorflow_text  # noqa: F401
 import tf_keras
+from tensorflow.core.protobuf import saved_model_pb2
 
+import cmlm_tf
+from cmlm_tf.commands import export as export_cli
+from cmlm_tf.export import export_lib
 from tests.conftest import REPO_DIR, TINY_EXPORT_SEQ_LENGTH
 
 SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !"]
@@ -130,8 +135,6 @@ def test_serving_accepts_invalid_utf8(any_export):
 
 
 def test_encoder_has_no_tf_text_ops(any_export):
-    from tensorflow.core.protobuf import saved_model_pb2
-
     proto = saved_model_pb2.SavedModel()
     proto.ParseFromString((any_export / "encoder" / "saved_model.pb").read_bytes())
     ops = set()
@@ -156,8 +159,6 @@ def test_encoder_loads_in_fresh_process_without_tf_text(tiny_export):
 
 
 def test_export_errors_name_the_bad_seq_length(tmp_path, tiny_run_dir):
-    from cmlm_tf.export import export_lib
-
     with pytest.raises(ValueError, match="seq_length"):
         export_lib.export(str(tmp_path / "e"), model_dir=str(tiny_run_dir), seq_length=1000)
     assert not (tmp_path / "e").exists()
@@ -165,8 +166,6 @@ def test_export_errors_name_the_bad_seq_length(tmp_path, tiny_run_dir):
 
 def test_unknown_encoder_key_names_the_items_the_checkpoint_has(tmp_path, tiny_run_dir,
                                                                  capsys):
-    from cmlm_tf.commands import export as export_cli
-
     rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir",
                           str(tmp_path / "out"), "--encoder_key", "nope"])
     err = capsys.readouterr().err.strip()
@@ -180,10 +179,6 @@ def test_an_export_up_to_date_with_its_checkpoint_is_not_redone(tmp_path, tiny_r
                                                                 capsys):
     """`--overwrite` on an export of the same checkpoint with the same flags: one line, the
     export untouched. Another checkpoint or another flag exports again."""
-    import shutil
-
-    from cmlm_tf.commands import export as export_cli
-
     run = tmp_path / "run"
     shutil.copytree(tiny_run_dir, run)
     out = tmp_path / "out"
@@ -205,8 +200,6 @@ def test_an_export_up_to_date_with_its_checkpoint_is_not_redone(tmp_path, tiny_r
 
 def kernel_constants(folder) -> dict:
     """dtype name -> how many 2-D constants the SavedModel at `folder` holds in its graphs."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     proto = saved_model_pb2.SavedModel.FromString((folder / "saved_model.pb").read_bytes())
     counts = {}
     for meta_graph in proto.meta_graphs:
@@ -231,8 +224,6 @@ def serving_default(folder):
 def test_bf16_model_is_a_serving_folder_that_encode_runs_too(precision_export):
     """`serving_bf16/1` beside `serving/1`: the same signature, bfloat16 arithmetic (close to
     float32, not equal), and the graph `load(precision="bfloat16")` runs."""
-    import cmlm_tf
-
     meta = json.loads((precision_export / "cmlm_tf_export.json").read_text())
     entry = meta["serving_models"]["bfloat16"]
     assert entry["folder"] == "serving_bf16/1" and entry["min_probe_cosine_to_float32"] >= 0.99
@@ -256,8 +247,6 @@ def test_bf16_model_is_a_serving_folder_that_encode_runs_too(precision_export):
 def test_int8_model_is_a_serving_folder_that_encode_runs_too(precision_export):
     """`serving_int8/1`: the same signature, int8 weights, vectors close to float32's; a
     request of one text at a time is what `encode` gives for it too."""
-    import cmlm_tf
-
     meta = json.loads((precision_export / "cmlm_tf_export.json").read_text())
     assert meta["serving_models"]["int8"]["folder"] == "serving_int8/1"
     _, float32 = serving_default(precision_export / "serving" / "1")
@@ -274,7 +263,5 @@ def test_int8_model_is_a_serving_folder_that_encode_runs_too(precision_export):
 
 
 def test_an_export_without_int8_refuses_int8_with_the_flag_that_makes_it(tiny_export):
-    import cmlm_tf
-
     with pytest.raises(ValueError, match="export it again with --int8"):
         cmlm_tf.load(str(tiny_export), precision="int8")

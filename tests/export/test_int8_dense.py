@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 from scipy.special import erf
 
+from cmlm_tf.export import int8_dense
 from cmlm_tf.export.int8_dense import Int8Dense, Quantized, calibrated_range
 
 
@@ -146,8 +147,6 @@ def test_an_uncalibrated_layer_says_so():
 
 
 def test_without_the_onednn_kernel_the_layer_says_so_in_one_line(monkeypatch):
-    from cmlm_tf.export import int8_dense
-
     monkeypatch.setattr(int8_dense, "available", lambda: False)
     with pytest.raises(int8_dense.Int8Unavailable, match="TF_ENABLE_ONEDNN_OPTS=0"):
         Int8Dense(np.ones([4, 2], np.float32))

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from cmlm_tf.commands import export as export_cli
 from cmlm_tf.export import int8_dense, serving_forward
 from cmlm_tf.runtime import host
 from tests.conftest import TINY_EXPORT_SEQ_LENGTH, TINY_WORDS
@@ -39,8 +40,6 @@ VARIABLE_KERNEL_INT8_REORDERS = 6
 def kernels(tmp_path_factory, tiny_run_dir):
     """precision -> {kernel: runs} of the counted requests of the precision's serving model
     in a tiny export with `--bf16 --int8`."""
-    from cmlm_tf.commands import export as export_cli
-
     if not int8_dense.available():
         pytest.skip("oneDNN's int8 matmul does not run here")
     out = tmp_path_factory.mktemp("exports") / "kernels"

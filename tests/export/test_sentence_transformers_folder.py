@@ -110,8 +110,6 @@ def test_the_folder_imports_back_to_the_same_vectors(tmp_path):
     folder (by `onnx`, which implies it and records its models), that folder imported again
     (`--hf_dir OUT/sentence_transformers`), gives the same vectors, Dense projection and
     casing included."""
-    import cmlm_tf
-
     first, second = tmp_path / "first", tmp_path / "second"
     export_lib.export(str(first), hf_dir=str(STANDINS / "labse_layout"), onnx=True)
     meta = json.loads((first / METADATA_FILE).read_text(encoding="utf-8"))

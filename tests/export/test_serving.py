@@ -5,13 +5,17 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_hub as hub
+import tf_keras
 
 import cmlm_tf
-from cmlm_tf.export import serving_forward
+from cmlm_tf.commands import export as export_cli
+from cmlm_tf.export import export_lib, serving_forward
 from cmlm_tf.modeling import sentence_encoder
 from cmlm_tf.runtime import host
 from tests.conftest import COMPOSITIONS, REPO_DIR, cosines, tiny_encoder_config
@@ -48,8 +52,6 @@ def random_ids(vocab_size, batch=3, seq=9, seed=0):
     {"projection_size": 8, "hidden_activation": "gelu_approx"},
 ], ids=["mean", "cls", "max-relu", "projection-tanh-gelu"])
 def test_forward_equals_the_keras_encoder(overrides):
-    import tf_keras
-
     tf_keras.utils.set_random_seed(3)
     encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(60, **overrides))
     forward = serving_forward.InferenceForward(encoder)
@@ -79,8 +81,6 @@ class _RecordingForward(serving_forward.InferenceForward):
 
 
 def test_length_buckets_trim_each_sub_batch_and_keep_the_order():
-    import tf_keras
-
     tf_keras.utils.set_random_seed(4)
     encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(60))
     forward = _RecordingForward(encoder)
@@ -147,8 +147,6 @@ def test_minilm_serving_default_in_buckets_equals_one_sentence_at_a_time(minilm_
 
 
 def test_export_refuses_a_forward_that_disagrees(tmp_path, tiny_run_dir, monkeypatch):
-    from cmlm_tf.export import export_lib
-
     original = serving_forward.InferenceForward.__call__
 
     def shifted(self, *args, **kwargs):
@@ -161,8 +159,6 @@ def test_export_refuses_a_forward_that_disagrees(tmp_path, tiny_run_dir, monkeyp
 
 
 def test_serving_runs_the_saved_forward_without_xla(tiny_export):
-    from cmlm_tf.export import export_lib
-
     ops = export_lib.saved_model_ops(str(tiny_export / "serving" / "1"))
     # No XLA (TF Serving runs it only with --xla_cpu_compilation_enabled), and no Keras
     # BertEncoderV2 graph: the fused query/key/value matmul of the inference forward.
@@ -222,9 +218,6 @@ def test_keras3_tfsmlayer_in_a_fresh_process(tiny_export, tmp_path):
 
 def test_hub_keras_layer_maps_text_to_vectors(tiny_export):
     """serving/1's root call: one `hub.KerasLayer`, strings in, normalised vectors out."""
-    import tensorflow_hub as hub
-    import tf_keras
-
     layer = hub.KerasLayer(str(tiny_export / "serving" / "1"))
     text = tf_keras.Input(shape=(), dtype=tf.string)
     model = tf_keras.Model(text, layer(text))
@@ -235,8 +228,6 @@ def test_hub_keras_layer_maps_text_to_vectors(tiny_export):
 
 
 def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch):
-    import tensorflow as tf
-
     real_devices = tf.config.list_physical_devices
     gpus = []  # faked too, so that the test means the same on a machine with a GPU
     monkeypatch.setattr(tf.config, "list_physical_devices",
@@ -262,8 +253,6 @@ def test_bfloat16_warns_once_where_the_cpu_emulates_it(tiny_export, monkeypatch)
 
 class _no_warning:
     def __enter__(self):
-        import warnings
-
         self._catcher = warnings.catch_warnings(record=True)
         self._caught = self._catcher.__enter__()
         warnings.simplefilter("always")
@@ -275,8 +264,6 @@ class _no_warning:
 
 
 def test_classic_wordpiece_serving_for_older_model_servers(tmp_path, tiny_run_dir, tiny_export):
-    from cmlm_tf.commands import export as export_cli
-
     export_dir = tmp_path / "classic"
     assert export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(export_dir),
                      "--seq_length", "12", "--classic_wordpiece"]) == 0

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from cmlm_tf import configs
 from cmlm_tf.export import serving, serving_forward
@@ -18,8 +19,6 @@ SENTENCES = ["the man is playing a guitar", "a dog", "", "hello world !",
 @pytest.fixture(scope="module")
 def built(tiny_vocab):
     """(module with sub-batches of 2 rows, its Keras encoder, the vocabulary list)."""
-    import tf_keras
-
     vocab = tiny_vocab.read_text(encoding="utf-8").splitlines()
     tf_keras.utils.set_random_seed(5)
     encoder = sentence_encoder.build_sentence_encoder(tiny_encoder_config(len(vocab)))

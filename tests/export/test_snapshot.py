@@ -11,6 +11,7 @@ import pytest
 
 from cmlm_tf.commands import export as export_cli
 from cmlm_tf.export import export_lib, snapshot
+from cmlm_tf.modeling import sentence_encoder
 from tests.conftest import one_error_line
 
 
@@ -40,8 +41,6 @@ def _prune(prefix):
 
 def test_checkpoint_pruned_during_export_is_read_from_one_snapshot(tmp_path, tiny_run_dir,
                                                                    monkeypatch):
-    from cmlm_tf.modeling import sentence_encoder
-
     run = _copy_run(tiny_run_dir, tmp_path / "run")
     _clone_checkpoint(run, run / "ckpt-1", 2)
     resolve, restore = sentence_encoder.resolve_checkpoint, sentence_encoder.restore_encoder
@@ -72,8 +71,6 @@ def test_checkpoint_pruned_during_export_is_read_from_one_snapshot(tmp_path, tin
 
 
 def test_checkpoint_pruned_twice_is_one_error(tmp_path, tiny_run_dir, monkeypatch, capsys):
-    from cmlm_tf.modeling import sentence_encoder
-
     run = _copy_run(tiny_run_dir, tmp_path / "run")
     resolve = sentence_encoder.resolve_checkpoint
 

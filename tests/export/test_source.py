@@ -4,12 +4,10 @@ relative and moved: tests/model_import/test_import_folder.py.)"""
 
 import pytest
 
-from cmlm_tf.export import source
+from cmlm_tf.export import export_lib, source
 
 
 def test_export_errors_name_the_bad_path(tmp_path):
-    from cmlm_tf.export import export_lib
-
     with pytest.raises(FileNotFoundError, match="nowhere"):
         export_lib.export(str(tmp_path / "e"), model_dir=str(tmp_path / "nowhere"))
     empty = tmp_path / "empty_run"

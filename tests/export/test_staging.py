@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from cmlm_tf.commands import export as export_cli
 from cmlm_tf.export import export_lib
@@ -231,16 +232,12 @@ def test_interrupted_export_folders_are_removed_by_the_next_export(tmp_path, tin
 
 
 def _tf_disk_full(*args, **kwargs):
-    import tensorflow as tf
-
     raise tf.errors.ResourceExhaustedError(
         None, None, "variables.data-00000-of-00001; No space left on device")
 
 
 def test_full_disk_during_overwrite_is_one_line_and_keeps_the_old_export(
         tmp_path, tiny_run_dir, tiny_export, monkeypatch, capsys):
-    import tensorflow as tf
-
     out = _old_export(tiny_export, tmp_path / "out")
     monkeypatch.setattr(tf.saved_model, "save", _tf_disk_full)
     rc = export_cli.main(["--model_dir", str(tiny_run_dir), "--export_dir", str(out),

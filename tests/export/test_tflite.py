@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 import cmlm_tf
-from tests.conftest import COMPOSITIONS, cosines
+from cmlm_tf.commands import export as export_cli
+from cmlm_tf.export import tflite
+from tests.conftest import COMPOSITIONS, cli_env, cosines
 
 SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",
              "the woman is slicing an onion . the child is eating"]
@@ -22,8 +24,6 @@ SENTENCES = ["the man is playing a guitar .", "a dog", "", "hello world !",
 def tiny_tflite_export(tmp_path_factory, tiny_run_dir):
     """The export command with `--tflite`, run as a user runs it (its stderr is in
     `export.stderr` beside the export)."""
-    from tests.conftest import cli_env
-
     export_dir = tmp_path_factory.mktemp("tflite") / "tiny"
     result = subprocess.run([sys.executable, "-m", "cmlm_tf.export", "--model_dir",
                              str(tiny_run_dir), "--export_dir", str(export_dir), "--tflite"],
@@ -44,8 +44,6 @@ def test_tflite_export_is_quiet(tiny_tflite_export):
 
 
 def test_tflite_text_and_token_ids(tiny_tflite_export):
-    from cmlm_tf.export import tflite
-
     meta = json.loads((tiny_tflite_export / "cmlm_tf_export.json").read_text())
     files = {entry["quantization"]: entry for entry in meta["tflite"]["models"]}
     assert set(files) == {"float32", "int8"}
@@ -100,9 +98,6 @@ def test_tflite_text_and_token_ids(tiny_tflite_export):
 
 def test_tflite_sentencepiece_exports_token_ids_and_the_tokenizer(tmp_path, tiny_sp_run_dir,
                                                                    tiny_sp_model):
-    from cmlm_tf.commands import export as export_cli
-    from cmlm_tf.export import tflite
-
     export_dir = tmp_path / "sp"
     assert export_cli.main(["--model_dir", str(tiny_sp_run_dir), "--export_dir", str(export_dir),
                             "--tflite"]) == 0

@@ -4,6 +4,7 @@ import errno
 import os
 
 import pytest
+import tensorflow as tf
 
 from cmlm_tf.commands import common
 from cmlm_tf.files import disk
@@ -19,8 +20,6 @@ def test_disk_full_error_names_the_file_and_the_free_space(tmp_path):
 
 
 def test_tensorflow_disk_full_is_translated(tmp_path):
-    import tensorflow as tf
-
     with pytest.raises(disk.DiskFullError) as caught:
         with disk.reporting_disk_full(str(tmp_path / "ckpt-3")):
             raise tf.errors.ResourceExhaustedError(

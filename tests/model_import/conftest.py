@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from tests.conftest import write_tiny_vocab
 
@@ -45,8 +46,6 @@ def fake_hf_tensors(vocab_size, rng, prefix=""):
 def make_hf_dir(path, extra_tensors=None, prefix="", drop=None):
     """A sentence-transformers BERT folder (mean pooling, Normalize) of random weights at
     `path`; returns (path, its tensors)."""
-    from safetensors.numpy import save_file
-
     path.mkdir(parents=True, exist_ok=True)
     vocab = write_tiny_vocab(path / "vocab.txt")
     vocab_size = len(vocab.read_text(encoding="utf-8").splitlines())

@@ -7,17 +7,17 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy.special import erf
 
 from cmlm_tf import config_files
-from cmlm_tf.model_import import hf_bert
+from cmlm_tf.model_import import bert_weights, hf_bert
 from cmlm_tf.modeling import sentence_encoder
+from tests.conftest import tiny_encoder_config
 from tests.model_import.conftest import HEADS, HIDDEN, LAYERS, make_hf_dir
 
 
 def _reference_bert(tensors, ids, prefix=""):
     """An independent numpy BERT forward (HF layout) returning mean-pooled vectors."""
-    from scipy.special import erf
-
     def w(name):
         return tensors[prefix + name].astype(np.float64)
 
@@ -92,9 +92,6 @@ def test_missing_tensor_is_an_error(tmp_path):
 def test_the_way_out_maps_back_to_every_encoder_weight():
     """`hf_bert_tensors` is `map_hf_tensors` read backwards: Transformers' BertModel names
     and layouts, whose import gives every weight of the encoder back, exactly."""
-    from cmlm_tf.model_import import bert_weights
-    from tests.conftest import tiny_encoder_config
-
     encoder = sentence_encoder.build_sentence_encoder(
         tiny_encoder_config(40, num_layers=2, num_attention_heads=4))
     rng = np.random.default_rng(0)

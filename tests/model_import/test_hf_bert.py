@@ -4,14 +4,24 @@ strict restores, and the sentence-transformers stand-ins through every export fo
 import gzip
 import json
 import re
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # noqa: F401
+import tf_keras
 
+import cmlm_tf
 from cmlm_tf import config_files, configs
+from cmlm_tf.commands import export as export_cli
+from cmlm_tf.export import export_lib, serving_forward, tflite
 from cmlm_tf.model_import import hf_bert
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.text import tokenization
 from tests.conftest import (
     REPO_DIR,
     TESTS_DIR,
@@ -92,8 +102,6 @@ def standin_golden():
 @pytest.fixture(scope="module", params=sorted(STANDIN_LAYOUTS))
 def standin_export(request, tmp_path_factory):
     """One export (with TFLite) per stand-in, shared by its checks."""
-    from cmlm_tf.export import export_lib
-
     export_dir = tmp_path_factory.mktemp("standins") / request.param
     export_lib.export(str(export_dir), hf_dir=str(STANDINS / request.param), tflite=True)
     return request.param, export_dir
@@ -111,10 +119,6 @@ def test_standin_layout_is_read(standin_export, standin_golden):
     assert meta["seq_length"] == 128
     # Every LayerNorm, in the Keras encoder and in the inference forward, has the folder's
     # epsilon.
-    import tf_keras
-
-    from cmlm_tf.export import serving_forward
-
     keras_encoder = sentence_encoder.build_sentence_encoder(configs.EncoderConfig(**encoder))
     norms = [layer for layer in keras_encoder.bert.submodules
              if isinstance(layer, tf_keras.layers.LayerNormalization)]
@@ -135,13 +139,6 @@ def test_standin_every_export_form_equals_sentence_transformers(standin_export,
     to sentence-transformers' from encode(), serving/1's serving_default, the TF Hub
     preprocessor + encoder and TFLite float32 (from text, or from serving/1's token ids for
     SentencePiece), on UDHR paragraphs in 68 languages."""
-    import tensorflow as tf
-    import tensorflow_hub as hub
-    import tensorflow_text  # noqa: F401
-
-    import cmlm_tf
-    from cmlm_tf.export import tflite
-
     name, export_dir = standin_export
     texts = standin_golden["texts"]
     expected_ids = standin_golden["models"][name]["ids"]
@@ -191,10 +188,6 @@ def test_standin_every_export_form_equals_sentence_transformers(standin_export,
 ])
 def test_unsupported_layout_is_one_line_naming_file_and_field(tmp_path, capsys, change,
                                                               message):
-    import shutil
-
-    from cmlm_tf.commands import export as export_cli
-
     hf_dir = tmp_path / "labse_layout"
     shutil.copytree(STANDINS / "labse_layout", hf_dir)
     for file_name, fields in change.items():
@@ -214,8 +207,6 @@ def test_unsupported_layout_is_one_line_naming_file_and_field(tmp_path, capsys, 
 
 
 def test_plain_hugging_face_folder_is_cls_pooled_and_not_normalised(tmp_path):
-    import shutil
-
     hf_dir, _ = make_hf_dir(tmp_path / "hf")
     (hf_dir / "modules.json").unlink()
     shutil.rmtree(hf_dir / "1_Pooling")
@@ -233,12 +224,6 @@ def test_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name, e
     momentum contrast, on the bundled pairs) and export: the run starts from the imported
     weights (its vectors stay near the import's) and trains them (they move), with the
     import's tokenizer."""
-    import subprocess
-    import sys
-
-    import cmlm_tf
-    from cmlm_tf.export import export_lib
-
     warm_start = hf_bert.convert(str(STANDINS / name), str(tmp_path / "imported"))
     run_dir = tmp_path / "run"
     result = subprocess.run(
@@ -265,10 +250,6 @@ def test_fine_tune_from_an_imported_standin_trains_and_exports(tmp_path, name, e
 
 
 def test_xlmr_folder_without_its_sentencepiece_model_is_one_line(tmp_path, capsys):
-    import shutil
-
-    from cmlm_tf.commands import export as export_cli
-
     hf_dir = tmp_path / "xlmr_layout"
     shutil.copytree(STANDINS / "xlmr_layout", hf_dir)
     (hf_dir / "sentencepiece.bpe.model").unlink()
@@ -279,8 +260,6 @@ def test_xlmr_folder_without_its_sentencepiece_model_is_one_line(tmp_path, capsy
 
 
 def test_xlmr_tokenizer_refuses_a_model_without_xlmr_first_pieces(tiny_sp_model):
-    from cmlm_tf.text import tokenization
-
     with pytest.raises(ValueError, match=r"the first pieces are .* not XLM-R's"):
         tokenization.XlmrSentencepieceTokenizer(str(tiny_sp_model))
     with pytest.raises(ValueError, match="not a SentencePiece model"):

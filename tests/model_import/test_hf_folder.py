@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from cmlm_tf.commands import export as export_cli
 from cmlm_tf.model_import import hf_folder
 from tests.model_import.conftest import make_hf_dir
 
@@ -39,8 +40,6 @@ def test_old_pooling_flags_and_vocab_txt_still_read(tmp_path):
     ("modules.json", ["Transformer"], r"modules\.json: module 0: expected a JSON object"),
 ])
 def test_every_config_field_read_is_checked_and_named(tmp_path, capsys, file, change, message):
-    from cmlm_tf.commands import export as export_cli
-
     hf_dir, _ = make_hf_dir(tmp_path / "hf")
     path = hf_dir / file
     if isinstance(change, dict) and file != "modules.json":

@@ -9,9 +9,12 @@ import pytest
 import yaml
 
 from cmlm_tf import config_files
+from cmlm_tf.commands import export as export_cli
 from cmlm_tf.commands import import_model
+from cmlm_tf.driver import train_lib
+from cmlm_tf.export.source import resolve_source
 from cmlm_tf.model_import import import_folder, importer
-from tests.conftest import REPO_DIR, TESTS_DIR, subprocess_env
+from tests.conftest import REPO_DIR, TESTS_DIR, fill_disk, subprocess_env
 
 STANDINS = TESTS_DIR / "testdata" / "st_standins"
 # Two WordPiece models with vocabularies of different lengths.
@@ -51,9 +54,6 @@ def test_a_relative_warm_start_trains_and_exports_as_the_docs_write_it(
         tmp_path, imported, monkeypatch):
     """`--config_file=runs/model/warm_start.yaml` and `--model_dir runs/model`, relative to
     the working directory, as docs/import.md's commands give them."""
-    from cmlm_tf.driver import train_lib
-    from cmlm_tf.export.source import resolve_source
-
     shutil.copytree(imported, tmp_path / "runs" / "model")
     monkeypatch.chdir(tmp_path)
     params = train_lib.build_params("cmlm_tf/bitext", ["runs/model/warm_start.yaml"])
@@ -67,8 +67,6 @@ def test_a_relative_warm_start_trains_and_exports_as_the_docs_write_it(
 def test_a_moved_folder_reads_its_own_files_not_those_at_the_old_path(tmp_path, imported):
     """Moved away, with another model imported at its old path, the folder still reads its
     own checkpoint and vocabulary, for training and for export."""
-    from cmlm_tf.export.source import resolve_source
-
     old_path, moved = tmp_path / "model", tmp_path / "moved"
     shutil.copytree(imported, old_path)
     os.rename(old_path, moved)
@@ -115,8 +113,6 @@ def test_overwrite_replaces_an_import_folder(tmp_path, imported, capsys):
 @pytest.mark.parametrize("damage", ["truncated_vocab", "no_source", "no_checkpoint"])
 def test_a_damaged_import_folder_is_refused_in_one_line_naming_the_file(
         tmp_path, imported, damage, capsys):
-    from cmlm_tf.commands import export as export_cli
-
     folder = tmp_path / "model"
     shutil.copytree(imported, folder)
     if damage == "truncated_vocab":
@@ -129,7 +125,6 @@ def test_a_damaged_import_folder_is_refused_in_one_line_naming_the_file(
     else:
         os.remove(folder / "encoder.index")
         named = "encoder"
-    from cmlm_tf.driver import train_lib
 
     with pytest.raises(import_folder.ImportFolderError, match=named):
         train_lib.build_params("cmlm_tf/bitext", [str(folder / "warm_start.yaml")])
@@ -163,7 +158,7 @@ def test_a_reimport_killed_at_each_write_keeps_a_whole_folder(tmp_path, imported
         count = tmp_path / "events.txt"
         count.write_text("0")
         killed = subprocess.run(
-            [sys.executable, "-m", "tests.driver.children", "import_killed_at_write",
+            [sys.executable, "-m", "tests.model_import.children", "import_killed_at_write",
              str(kill_at), str(count), str(models)] + args, cwd=REPO_DIR,
             env=subprocess_env(), capture_output=True, text=True, timeout=3600)
         if killed.returncode == 0:
@@ -187,8 +182,6 @@ def test_a_reimport_killed_at_each_write_keeps_a_whole_folder(tmp_path, imported
 
 
 def test_an_import_onto_a_full_disk_is_one_line_and_leaves_nothing(small_disk, capsys):
-    from tests.conftest import fill_disk
-
     disk = small_disk("64k")
     fill_disk(disk)
     out = disk / "model"
@@ -200,8 +193,6 @@ def test_an_import_onto_a_full_disk_is_one_line_and_leaves_nothing(small_disk, c
 
 def test_a_run_folder_whose_vocabulary_was_cut_is_refused_by_the_export(
         tmp_path, tiny_run_dir, capsys):
-    from cmlm_tf.commands import export as export_cli
-
     run = tmp_path / "run"
     shutil.copytree(tiny_run_dir, run)
     vocab_file = config_files.load_experiment_config([str(run / "params.yaml")]) \

@@ -13,11 +13,20 @@ that, so each has its family's exact layout. The reference vectors are the TF Hu
 import gzip
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # noqa: F401
+from official.legacy.bert import configs as bert_configs
+from official.nlp.tools import export_tfhub_lib, tf2_bert_encoder_checkpoint_converter
+from safetensors.numpy import load_file
 
+import cmlm_tf
+from cmlm_tf.commands import export as export_cli
+from cmlm_tf.export import export_lib, tflite
 from cmlm_tf.model_import import hf_folder, importer
 from tests.conftest import TESTS_DIR, cosines
 
@@ -38,8 +47,6 @@ def _tf1_name(hf_name):
 
 
 def _write_tf1_checkpoint(folder):
-    from safetensors.numpy import load_file
-
     config = json.loads((STANDIN / "config.json").read_text())
     folder.mkdir()
     (folder / "bert_config.json").write_text(json.dumps({
@@ -74,11 +81,6 @@ def _write_tf1_checkpoint(folder):
 def families(tmp_path_factory):
     """{family: folder} for tf1_checkpoint, tf2_checkpoint and tf_hub, and the TF Hub
     encoder's pooled vectors on the stand-in golden ids."""
-    import shutil
-
-    from official.legacy.bert import configs as bert_configs
-    from official.nlp.tools import export_tfhub_lib, tf2_bert_encoder_checkpoint_converter
-
     root = tmp_path_factory.mktemp("families")
     tf1 = _write_tf1_checkpoint(root / "tf1")
     bert_config = bert_configs.BertConfig.from_json_file(str(tf1 / "bert_config.json"))
@@ -107,8 +109,6 @@ def golden():
 @pytest.fixture(scope="module")
 def hub_reference(families, golden):
     """The TF Hub encoder's own pooled_output on the golden ids, L2-normalised."""
-    import tensorflow_hub as hub
-
     _, _, model = golden
     ids = tf.ragged.constant(model["ids"]).to_tensor()
     inputs = {"input_word_ids": tf.cast(ids, tf.int32),
@@ -137,12 +137,6 @@ def test_every_export_form_of_an_import_equals_the_tf_hub_encoder(tmp_path, fami
     """Import, then export with TFLite: the ids equal BERT's tokenizer's (Hugging Face's, on
     the stand-in's vocabulary) and every form's vectors reach cosine 0.99999 to the TF Hub
     encoder's on UDHR paragraphs in 68 languages."""
-    import tensorflow_hub as hub
-    import tensorflow_text  # noqa: F401
-
-    import cmlm_tf
-    from cmlm_tf.export import export_lib, tflite
-
     texts, sources, model = golden
     export_dir = tmp_path / "export"
     export_lib.export(str(export_dir), hf_dir=str(families[family]), tflite=True)
@@ -173,8 +167,6 @@ def test_every_export_form_of_an_import_equals_the_tf_hub_encoder(tmp_path, fami
 
 
 def test_not_a_model_folder_is_one_line(tmp_path, capsys):
-    from cmlm_tf.commands import export as export_cli
-
     (tmp_path / "empty").mkdir()
     rc = export_cli.main(["--import_dir", str(tmp_path / "empty"),
                           "--export_dir", str(tmp_path / "out")])
@@ -184,8 +176,6 @@ def test_not_a_model_folder_is_one_line(tmp_path, capsys):
 
 
 def test_checkpoint_config_errors_name_the_file_and_field(tmp_path, families):
-    import shutil
-
     folder = tmp_path / "tf1"
     shutil.copytree(families["tf1_checkpoint"], folder)
     config = json.loads((folder / "bert_config.json").read_text())

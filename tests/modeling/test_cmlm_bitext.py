@@ -14,7 +14,7 @@ def _side(rows, seed):
     return random_token_inputs(np.random.default_rng(seed), rows, VOCAB, SEQ)
 
 
-def _inputs(with_bitext=True):
+def _inputs(*, with_bitext=True):
     inputs = {"cmlm": {"sentence1": _side(2, 1), "sentence2": _side(2, 2),
                        "masked_lm_positions": tf.constant([[1, 2], [1, 0]])}}
     if with_bitext:

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy.special import erf
 
 from cmlm_tf.modeling import layers
 
@@ -46,7 +47,6 @@ def test_activations():
     x = tf.constant([-1.0, 0.5, 2.0])
     exact = layers.get_activation("gelu_exact")(x).numpy()
     approx = layers.get_activation("gelu_approx")(x).numpy()
-    from scipy.special import erf
 
     np.testing.assert_allclose(exact, 0.5 * x.numpy() * (1 + erf(x.numpy() / np.sqrt(2))),
                                rtol=1e-6)

@@ -2,12 +2,13 @@
 in a fresh interpreter that imports keras-hub, never cmlm_tf, on the Keras backend its
 environment names (`KERAS_BACKEND`). Run as `python -m tests.mteb_extra.keras_hub_child
 PAYLOAD_JSON OUT_JSON`, the payload `{"texts": [...], "presets": {name: {"path",
-"pooling_lines"}}}`, the pooling lines those of the preset's model card.
+"vector_lines"}}}`, the vector lines those of the preset's model card (from the backbone and
+the preprocessor's `inputs` to `vectors`).
 
 Writes, per preset: the classes `from_preset` built, the token ids of the preset's
-preprocessor (padding dropped), the sentence vectors (the backbone's outputs through the
-card's lines) and, where the preset has a `task.json`, the largest difference between those
-and `TextEmbedder.from_preset(...).predict` on the first texts; and `imported`: whether the
+preprocessor (padding dropped), the sentence vectors (the card's lines on the backbone)
+and, where the preset has a `task.json`, the largest difference between those and
+`TextEmbedder.from_preset(...).predict` on the first texts; and `imported`: whether the
 process loaded cmlm_tf (it must not).
 """
 
@@ -27,9 +28,9 @@ def _ids(preprocessor, texts: list) -> list:
     return ids
 
 
-def _vectors(backbone, preprocessor, texts: list, preset: dict, batch_size: int = 32):
-    """The card's pooling lines on the backbone's outputs, batches of texts of similar length
-    trimmed of the columns that are padding in every row."""
+def _vectors(backbone, preprocessor, texts: list, preset: dict, *, batch_size: int = 32):
+    """The card's vector lines on the backbone, batches of texts of similar length trimmed of
+    the columns that are padding in every row."""
     import keras
     import numpy as np
 
@@ -39,12 +40,10 @@ def _vectors(backbone, preprocessor, texts: list, preset: dict, batch_size: int 
         rows = order[start:start + batch_size]
         packed = preprocessor([texts[i] for i in rows])
         width = int(np.asarray(packed["padding_mask"]).sum(axis=1).max())
-        inputs = {key: value[:, :width] for key, value in packed.items()}
-        scope = {"np": np, "os": os, "preset": preset["path"],
-                 "hidden": keras.ops.convert_to_numpy(backbone(inputs)["sequence_output"]),
-                 "mask": keras.ops.convert_to_numpy(inputs["padding_mask"]).astype(
-                     "float32")[:, :, None]}
-        exec("\n".join(preset["pooling_lines"]), scope)
+        scope = {"np": np, "os": os, "keras": keras, "preset": preset["path"],
+                 "backbone": backbone,
+                 "inputs": {key: value[:, :width] for key, value in packed.items()}}
+        exec("\n".join(preset["vector_lines"]), scope)
         for row, vector in zip(rows, scope["vectors"]):
             vectors[row] = vector.tolist()
     return vectors

@@ -3,6 +3,7 @@ oneDNN kernels a verbose run names, and TensorFlow's thread settings, which appl
 its runtime starts."""
 
 import pytest
+import tensorflow as tf
 
 import cmlm_tf
 from cmlm_tf.runtime import host
@@ -50,8 +51,6 @@ def test_negative_thread_counts_are_refused():
 
 
 def test_thread_settings_after_start_are_reported_not_applied(tiny_export):
-    import tensorflow as tf
-
     tf.constant(1.0) + 1  # TensorFlow's runtime has started
     current = tf.config.threading.get_intra_op_parallelism_threads()
     model = cmlm_tf.load(str(tiny_export), intra_op_threads=current)

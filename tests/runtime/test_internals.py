@@ -5,6 +5,9 @@ import importlib.metadata
 import re
 
 import pytest
+import tensorflow as tf
+import tf_keras
+from official.nlp.modeling.layers import text_layers
 
 from cmlm_tf.runtime import internals
 from tests.conftest import REPO_DIR
@@ -200,9 +203,6 @@ def test_attributes_assigned_together_are_found():
 def test_the_attention_core_and_its_replacement():
     """`attention_core` reads a built MultiHeadAttention's settings, and its attention core
     replaced with `replace_compute_attention` is the one it calls."""
-    import tensorflow as tf
-    import tf_keras
-
     layer = tf_keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.25)
     inputs = tf.ones([1, 3, 8])
     layer(inputs, inputs)
@@ -224,8 +224,6 @@ def test_the_attention_core_and_its_replacement():
 
 
 def test_in_xla_context_inside_a_compiled_function_only():
-    import tensorflow as tf
-
     seen = []
 
     def record():
@@ -240,8 +238,6 @@ def test_in_xla_context_inside_a_compiled_function_only():
 
 def test_the_checkpoint_state_lists_relative_paths_with_their_timestamps(tmp_path):
     """As `tf.train.CheckpointManager` reads it back, and movable: the entries are relative."""
-    import tensorflow as tf
-
     paths = [str(tmp_path / "ckpt-1"), str(tmp_path / "ckpt-2")]
     internals.write_checkpoint_state(str(tmp_path), paths, [10.0, 20.0], 5.0)
     text = (tmp_path / "checkpoint").read_text(encoding="utf-8")
@@ -255,8 +251,6 @@ def test_the_checkpoint_state_lists_relative_paths_with_their_timestamps(tmp_pat
 def test_an_untracked_layer_stays_out_of_the_weights():
     """A layer assigned with `set_untracked` is reachable but adds no weights (nor
     checkpoint entries); one assigned plainly does."""
-    import tf_keras
-
     def built_dense():
         layer = tf_keras.layers.Dense(2)
         layer.build((None, 3))
@@ -270,9 +264,6 @@ def test_an_untracked_layer_stays_out_of_the_weights():
 
 
 def test_the_sentencepiece_model_of_model_gardens_tokenizer(tiny_sp_model):
-    import tf_keras
-    from official.nlp.modeling.layers import text_layers
-
     layer = text_layers.SentencepieceTokenizer(model_file_path=str(tiny_sp_model),
                                                lower_case=False)
     assert internals.sentencepiece_model(layer) == tiny_sp_model.read_bytes()

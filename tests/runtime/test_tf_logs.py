@@ -2,6 +2,8 @@
 
 import ast
 import os
+import subprocess
+import sys
 
 from cmlm_tf.runtime import tf_logs
 from tests.conftest import REPO_DIR
@@ -57,9 +59,6 @@ def test_cpp_log_filter_follows_the_log_level(capfd):
 def test_routed_lines_of_a_child_process_go_to_the_file(capfd, tmp_path):
     """A child started inside the block writes to the same pipe: its lines that are not
     kept land in the file, and Python's own kept lines still reach stderr."""
-    import subprocess
-    import sys
-
     with open(tmp_path / "rest.log", "wb") as rest, \
             tf_logs.route_stderr(lambda line: line.startswith(b"mine: "), rest):
         print("mine: kept", file=sys.stderr, flush=True)

@@ -41,7 +41,7 @@ def test_mined_pairs_are_the_translations(index):
     stages = []
     pairs = corpus_mining.mine_vectors(corpus_mining.SearchSettings(k=4, margin="ratio",
                                                                     index=index),
-                                       src, tgt, (), stages.append)
+                                       src, tgt, (), stage=stages.append)
     assert len(pairs) == 40
     assert {int(s): int(t) for s, t in zip(pairs.src_indices, pairs.tgt_indices)} == expected
     assert np.all(np.diff(pairs.scores) <= 0)
@@ -68,9 +68,9 @@ def test_an_index_over_too_few_vectors_falls_back_to_the_exact_search(capsys, nu
     settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="ann")
     stages = []
     pairs = corpus_mining.mine_vectors(settings, src[:num_src], tgt[:num_tgt], (),
-                                       stages.append)
+                                       stage=stages.append)
     exact = corpus_mining.mine_vectors(dataclasses.replace(settings, index="exact"),
-                                       src[:num_src], tgt[:num_tgt], (), lambda line: None)
+                                       src[:num_src], tgt[:num_tgt], (), stage=lambda line: None)
     assert pairs.src_indices.tolist() == exact.src_indices.tolist()
     assert pairs.tgt_indices.tolist() == exact.tgt_indices.tolist()
     err = capsys.readouterr().err
@@ -85,7 +85,7 @@ def test_an_index_where_the_exact_search_is_faster_is_named_in_a_warning(capsys)
     src, tgt, _ = _translations(300)
     stages = []
     corpus_mining.mine_vectors(corpus_mining.SearchSettings(k=4, margin="ratio", index="ann"),
-                               src, tgt, (), stages.append)
+                               src, tgt, (), stage=stages.append)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert warnings == ["mine: warning: --index ann on 300 × 300 sentences is slower than the "
                         "exact search, which --index auto picks up to 400,000,000 candidate "
@@ -129,9 +129,9 @@ def test_an_index_that_cannot_tell_a_weak_models_vectors_apart_falls_back_to_exa
     src, tgt = ((base + 0.05 * rng.standard_normal((300, 16))).astype(np.float32)
                 for _ in range(2))
     settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="ann")
-    pairs = corpus_mining.mine_vectors(settings, src, tgt, (), lambda line: None)
+    pairs = corpus_mining.mine_vectors(settings, src, tgt, (), stage=lambda line: None)
     exact = corpus_mining.mine_vectors(dataclasses.replace(settings, index="exact"), src, tgt,
-                                       (), lambda line: None)
+                                       (), stage=lambda line: None)
     assert pairs.src_indices.tolist() == exact.src_indices.tolist()
     assert pairs.tgt_indices.tolist() == exact.tgt_indices.tolist()
     err = capsys.readouterr().err

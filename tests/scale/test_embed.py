@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -88,7 +89,7 @@ def first_run(tmp_path_factory, tiny_export):
     expected, counts = write_corpus(folder / "corpus")
     progress = []
     summary = embed.run(config(folder / "corpus", folder / "out", tiny_export),
-                        WORKERS, report=progress.append, progress_every=1.0)
+                        beam_args=WORKERS, report=progress.append, progress_every=1.0)
     return folder, expected, counts, summary, progress
 
 
@@ -155,7 +156,7 @@ def test_a_failing_worker_leaves_nothing_and_a_rerun_completes(tmp_path, tiny_ex
     failing = functools.partial(FailOnce, marker=str(marker))
     job = config(tmp_path / "corpus", tmp_path / "out", tiny_export)
     try:
-        embed.run(job, WORKERS, report=lambda line: None, encode_dofn=failing)
+        embed.run(job, beam_args=WORKERS, report=lambda line: None, encode_dofn=failing)
     except pipeline_progress.PipelineFailed as error:
         # The DirectRunner's engine does not retry a failed bundle: the run fails, in one line.
         assert "injected fault" in str(error) and "\n" not in str(error)
@@ -167,15 +168,13 @@ def test_a_failing_worker_leaves_nothing_and_a_rerun_completes(tmp_path, tiny_ex
         os.remove(log)
         assert "Traceback" not in capfd.readouterr().err
     assert marker.exists(), "the fault was never injected"
-    embed.run(job, WORKERS, report=lambda line: None, encode_dofn=failing)
+    embed.run(job, beam_args=WORKERS, report=lambda line: None, encode_dofn=failing)
     rows, ids = read_rows(tmp_path / "out")
     assert len(ids) == len(set(ids)) and set(ids) == set(expected)
     assert sorted(os.listdir(tmp_path)) == ["corpus", "fault", "out"]
 
 
 def test_an_existing_output_is_replaced_only_with_overwrite(first_run, tmp_path, tiny_export):
-    import shutil
-
     folder, *_ = first_run
     out = tmp_path / "out"
     shutil.copytree(folder / "out", out)
@@ -185,10 +184,10 @@ def test_an_existing_output_is_replaced_only_with_overwrite(first_run, tmp_path,
     (corpus / "pairs.txt").write_bytes(b"1\tthe dog\n2\n3\ta red car\tx\n4\t\n")
     job = config(corpus, out, tiny_export, text_column=2)
     with pytest.raises(embedding_files.EmbeddingFilesError, match="already exists"):
-        embed.run(job, WORKERS)
+        embed.run(job, beam_args=WORKERS)
     assert sorted(os.listdir(out)) == before and sorted(os.listdir(tmp_path)) == ["out", "tsv"]
     job.overwrite = True
-    summary = embed.run(job, WORKERS, report=lambda line: None)
+    summary = embed.run(job, beam_args=WORKERS, report=lambda line: None)
     assert sorted(os.listdir(tmp_path)) == ["out", "tsv"]
     rows, ids = read_rows(out)
     source = str(corpus / "pairs.txt")

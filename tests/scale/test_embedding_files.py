@@ -6,6 +6,7 @@ import os
 import time
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -40,7 +41,7 @@ def write_output(folder, shards, dim=DIM, embedded=None):
     counts = dict.fromkeys(corpus_lines.COUNTS, 0)
     counts["embedded"] = sum(len(rows) for rows in shards) if embedded is None else embedded
     embedding_files.write_manifest(str(folder), embedding_files.make_manifest(
-        "/exports/model", dim, ["corpus/*.txt"], None, len(shards), counts))
+        "/exports/model", dim, ["corpus/*.txt"], None, shards=len(shards), counts=counts))
     return vectors
 
 
@@ -59,8 +60,6 @@ def test_reader_sorts_by_source_and_line_and_keeps_each_vector_with_its_row(tmp_
 
 
 def test_pandas_and_pyarrow_read_the_folder_and_skip_the_manifest(tmp_path):
-    import pandas as pd
-
     write_output(tmp_path / "out", SHARDS)
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
         "_cmlm_tf_embeddings.json", "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]

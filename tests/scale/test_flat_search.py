@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cmlm_tf.evaluation import ann, knn, mining
-from cmlm_tf.scale import flat_search
+from cmlm_tf.scale import corpus_mining, flat_search
 from cmlm_tf.vectors import unit_rows
 
 
@@ -142,25 +142,23 @@ def test_a_product_that_misses_neighbours_is_measured_and_replaced_by_the_exact_
     found = flat_search.top_k_both(src, tgt, 4, precision="bfloat16")
     exact = knn.top_k(src, tgt, 4), knn.top_k(tgt, src, 4)
     said = []
-    kept = ann.keep_recall(src, tgt, found, 0.99, said.append, "flat")
+    kept = ann.keep_recall(src, tgt, found, 0.99, say=said.append, name="flat")
     for side, expected in zip(kept, exact):
         np.testing.assert_array_equal(side[1], expected[1])
     assert len(said) == 1 and said[0].startswith("flat: recall@4 0.")
     assert "on 600 sampled queries" in said[0] and "searching exactly (float32)" in said[0]
     # An answer that reaches the target is kept, and the recall it reached printed.
     said.clear()
-    assert ann.keep_recall(src, tgt, exact, 0.99, said.append, "flat") is exact
+    assert ann.keep_recall(src, tgt, exact, 0.99, say=said.append, name="flat") is exact
     assert said == ["flat: recall@4 1.0000 on 600 sampled queries against the exact search "
                     "(target 0.99)"]
 
 
 def test_mining_a_weak_models_vectors_with_flat_keeps_every_exact_pair(capsys):
-    from cmlm_tf.scale import corpus_mining
-
     src, tgt = _weak_model_vectors(1), _weak_model_vectors(2)
     settings = corpus_mining.SearchSettings(k=4, margin="ratio", index="flat")
-    pairs = corpus_mining.mine_vectors(settings, src, tgt, (), lambda line: None)
-    exact = mining.max_retrieval(mining.margin_candidates(src, tgt, 4, "ratio"))
+    pairs = corpus_mining.mine_vectors(settings, src, tgt, (), stage=lambda line: None)
+    exact = mining.max_retrieval(mining.margin_candidates(src, tgt, k=4, kind="ratio"))
     assert pairs.src_indices.tolist() == exact.src_indices.tolist()
     assert pairs.tgt_indices.tolist() == exact.tgt_indices.tolist()
     assert "mine: flat: recall@4" in capsys.readouterr().err

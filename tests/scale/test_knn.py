@@ -29,7 +29,8 @@ def test_two_worker_processes_return_the_in_process_neighbours(tmp_path, capfd):
     spec = beam_knn.SearchSpec(index="ann", backend="faiss", threads=1)
     work_dir = tmp_path / "work"
     capfd.readouterr()
-    found = beam_knn.search_both_sides(src, tgt, 4, spec, str(work_dir), TWO_PROCESSES,
+    found = beam_knn.search_both_sides(src, tgt, 4, spec, work_dir=str(work_dir),
+                                       options=TWO_PROCESSES,
                                        shard_rows=128, own_prefix="mine: ")
     # The workers' own lines (Beam's notes on cloud clients it cannot load, its logging
     # handler) go to a log file that is removed when the pipeline succeeds; faiss's notes
@@ -52,8 +53,8 @@ def test_two_worker_processes_return_the_in_process_neighbours(tmp_path, capfd):
 def test_the_exact_search_on_beam_equals_the_blocked_search(tmp_path):
     src, tgt = clustered(90, seed=23), clustered(60, seed=24)
     found = beam_knn.search_both_sides(
-        src, tgt, 3, beam_knn.SearchSpec(index="exact"), str(tmp_path / "work"),
-        ["--direct_running_mode=in_memory"], shard_rows=25)
+        src, tgt, 3, beam_knn.SearchSpec(index="exact"), work_dir=str(tmp_path / "work"),
+        options=["--direct_running_mode=in_memory"], shard_rows=25)
     expected = knn.top_k(src, tgt, 3) + knn.top_k(tgt, src, 3)
     for got, want in zip(found, expected):
         np.testing.assert_allclose(got, want, atol=1e-6)

@@ -1,12 +1,22 @@
 """BGT task: training on real pairs, export of the posterior mean, the SentencePiece vocabulary."""
 
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # noqa: F401
 import tf_keras
 import yaml
+from official.core import task_factory
 
+import cmlm_tf
 from cmlm_tf import configs
+from cmlm_tf.driver import train_lib
+from cmlm_tf.export import export_lib
+from cmlm_tf.tasks import bgt as bgt_task
+from cmlm_tf.text import tokenization
 from tests.conftest import REPO_DIR, write_bundled_pairs
 
 TINY_OVERRIDES = {
@@ -29,8 +39,6 @@ TINY_OVERRIDES = {
 @pytest.fixture(scope="module")
 def tiny_bgt_run(tmp_path_factory):
     """`cmlm_tf/bgt` trained through the driver for 80 steps on 300 bundled pairs."""
-    from cmlm_tf.driver import train_lib
-
     folder = tmp_path_factory.mktemp("bgt")
     pairs = write_bundled_pairs(folder / "pairs.tsv", 300)
     params = train_lib.build_params("cmlm_tf/bgt", [str(REPO_DIR / "configs" / "bgt_tiny.yaml")])
@@ -45,8 +53,6 @@ def tiny_bgt_run(tmp_path_factory):
 
 
 def test_tiny_bgt_loss_falls_on_real_pairs(tiny_bgt_run):
-    from official.core import task_factory
-
     params, model_dir, trained = tiny_bgt_run
     # The vocabulary was trained at start-up, adapted down, and recorded for export.
     recorded = yaml.safe_load((model_dir / "params.yaml").read_text())["task"]["model"]
@@ -67,12 +73,6 @@ def test_tiny_bgt_loss_falls_on_real_pairs(tiny_bgt_run):
 
 
 def test_tiny_bgt_exports_its_posterior_mean(tiny_bgt_run, tmp_path):
-    import tensorflow_hub as hub
-    import tensorflow_text  # noqa: F401
-
-    import cmlm_tf
-    from cmlm_tf.export import export_lib
-
     _, model_dir, trained = tiny_bgt_run
     export_dir = export_lib.export(str(tmp_path / "bgt"), model_dir=str(model_dir))
     preprocessor = hub.KerasLayer(f"{export_dir}/preprocessor")
@@ -88,8 +88,6 @@ def test_tiny_bgt_exports_its_posterior_mean(tiny_bgt_run, tmp_path):
 
 
 def test_building_the_task_learns_and_writes_nothing(tmp_path):
-    from cmlm_tf.tasks import bgt as bgt_task
-
     config = bgt_task.BgtTaskConfig()
     config.model.tokenizer.type = "sentencepiece"
     config.train_data.input_path = str(write_bundled_pairs(tmp_path / "pairs.tsv", 50))
@@ -101,10 +99,6 @@ def test_building_the_task_learns_and_writes_nothing(tmp_path):
 
 
 def test_a_resumed_run_reuses_its_sentencepiece_model(tmp_path, tiny_sp_model):
-    import shutil
-
-    from cmlm_tf.driver import train_lib
-
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(tiny_sp_model, run_dir / "sp.model")
@@ -119,8 +113,6 @@ def test_a_resumed_run_reuses_its_sentencepiece_model(tmp_path, tiny_sp_model):
 
 
 def test_sentencepiece_errors_name_the_field(tmp_path):
-    from cmlm_tf.text import tokenization
-
     with pytest.raises(ValueError, match="sp_model_file is empty"):
         tokenization.build_tokenizer(configs.TokenizerConfig(type="sentencepiece"))
     with pytest.raises(FileNotFoundError, match="task.model.tokenizer.sp_model_file"):

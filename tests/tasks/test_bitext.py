@@ -10,6 +10,7 @@ import tf_keras
 
 from cmlm_tf import configs
 from cmlm_tf.data import bitext
+from cmlm_tf.driver import runner, train_lib
 from cmlm_tf.losses import margin_softmax
 from cmlm_tf.tasks import bitext as bitext_task
 from tests.conftest import (
@@ -28,7 +29,7 @@ def _log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def _reference_loss(x, y, margin, scale, negatives=None, excluded=None):
+def _reference_loss(x, y, margin, scale, *, negatives=None, excluded=None):
     """The formula, written out in NumPy: CE over rows plus CE over columns, batch means."""
     x, y = _unit(x), _unit(y)
     n = len(x)
@@ -65,7 +66,7 @@ def test_loss_follows_the_formula_and_the_margin():
     with_negatives = margin_softmax.additive_margin_softmax_loss(
         x, y, margin=0.3, scale=20.0, hard_negatives=negatives)["loss"]
     np.testing.assert_allclose(float(with_negatives),
-                               _reference_loss(x, y, 0.3, 20.0, negatives), rtol=1e-5)
+                               _reference_loss(x, y, 0.3, 20.0, negatives=negatives), rtol=1e-5)
     layer = margin_softmax.AdditiveMarginSoftmax(margin=0.1, scale=5.0)
     clone = margin_softmax.AdditiveMarginSoftmax.from_config(layer.get_config())
     assert (clone.margin, clone.scale, clone.bidirectional) == (0.1, 5.0, True)
@@ -169,8 +170,6 @@ def test_two_replicas_equal_one_device_on_the_global_batch(two_replicas, hard_ne
 
 
 def test_malformed_counts_reach_tensorboard(tmp_path):
-    from cmlm_tf.driver import runner
-
     path = write_byte_lines(tmp_path / "pairs.tsv", [b"no tab", b"the dog\tel perro", b"\tempty"])
     reports = []
     pairs = list(bitext.read_bitext([str(path)], "tsv", is_training=False,
@@ -186,8 +185,6 @@ def test_malformed_counts_reach_tensorboard(tmp_path):
 
 
 def test_recipes_load():
-    from cmlm_tf.driver import train_lib
-
     pairs = {
         "cmlm_tf/bitext": [["configs/bitext_tiny.yaml"],
                            ["configs/bitext_tiny.yaml", "configs/cmlm_then_br_tiny.yaml"],

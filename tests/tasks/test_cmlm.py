@@ -8,7 +8,9 @@ import tensorflow as tf
 import tf_keras
 
 from cmlm_tf import configs
-from cmlm_tf.data import sentence_pairs
+from cmlm_tf.data import bitext, mlm_tlm, nli, sentence_pairs
+from cmlm_tf.driver import train_lib
+from cmlm_tf.modeling import sentence_encoder
 from cmlm_tf.tasks import cmlm
 from tests.conftest import (
     REPO_DIR,
@@ -20,8 +22,6 @@ from tests.conftest import (
 
 
 def test_every_reader_rejects_a_non_positive_batch_size(tmp_path, tiny_vocab):
-    from cmlm_tf.data import bitext, mlm_tlm, nli
-
     corpus = write_corpus(tmp_path / "c.txt", [["one two", "three four"]])
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("a dog\tthe cat\n", encoding="utf-8")
@@ -76,8 +76,6 @@ def test_conditioning_is_used(tmp_path, tiny_vocab):
 
 
 def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
-    from cmlm_tf.modeling import sentence_encoder
-
     corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
     config = tiny_cmlm_config(tiny_vocab, corpus)
     donor = sentence_encoder.build_sentence_encoder(config.model.encoder)
@@ -90,8 +88,6 @@ def test_warm_start_restores_encoder_into_cmlm(tmp_path, tiny_vocab):
 
 
 def test_mirrored_strategy_over_two_cpu_devices(tmp_path, two_replicas):
-    from cmlm_tf.driver import train_lib
-
     params = train_lib.build_params("cmlm_tf/cmlm", [str(REPO_DIR / "configs/cmlm_tiny.yaml")],
                                     TINY_CMLM_OVERRIDES + ",trainer.train_steps=10")
     train_lib.run(params, str(tmp_path / "run"), "train", strategy=two_replicas)
@@ -107,8 +103,6 @@ def _batches(dataset, count):
 def test_a_resumed_pipeline_continues_where_the_run_stopped(tmp_path, tiny_vocab):
     """Built with `resume_step=step`, a seeded training pipeline yields what an
     uninterrupted one yields from batch `step` on: the same pairs and the same masks."""
-    from cmlm_tf.data import bitext
-
     words = [f"{a} {b}" for a in TINY_WORDS[:8] for b in TINY_WORDS[8:13]]
     corpus = write_corpus(tmp_path / "c.txt", [[w, " ".join(w.split()[::-1])] for w in words])
     pairs = tmp_path / "pairs.tsv"

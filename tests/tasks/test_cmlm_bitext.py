@@ -7,7 +7,7 @@ import tf_keras
 
 from cmlm_tf import configs
 from cmlm_tf.tasks import bitext as bitext_task
-from cmlm_tf.tasks import cmlm_bitext
+from cmlm_tf.tasks import cmlm, cmlm_bitext
 from tests.conftest import tiny_cmlm_config, write_corpus, write_tiny_bitext
 
 
@@ -88,7 +88,6 @@ def test_stage_two_restores_stage_one(tmp_path, tiny_vocab):
     """CMLM → CMLM+BR restores encoder, projection and head; CMLM → BR the encoder."""
     corpus = write_corpus(tmp_path / "c.txt", [["the dog", "a cat"]] * 4)
     stage_1 = tiny_cmlm_config(tiny_vocab, corpus)
-    from cmlm_tf.tasks import cmlm
 
     tf_keras.utils.set_random_seed(7)
     donor = cmlm.CMLMTask(stage_1).build_model()

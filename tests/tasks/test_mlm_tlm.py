@@ -3,14 +3,17 @@ tests/driver/test_train_mlm_tlm.py.)"""
 
 
 
+import importlib.util
+
+from official.core import exp_factory
+
 from cmlm_tf import config_files
 from cmlm_tf.data import mlm_tlm
+from cmlm_tf.driver import train_lib
 from tests.conftest import REPO_DIR
 
 
 def test_recipes_load():
-    from cmlm_tf.driver import train_lib
-
     recipe = str(REPO_DIR / "configs/labse_pretrain_base.yaml")
     base = train_lib.build_params("cmlm_tf/mlm_tlm", [recipe])
     data = base.task.train_data
@@ -22,8 +25,6 @@ def test_recipes_load():
 
 
 def test_frequency_baseline_counts_masked_labels_per_stream(capsys):
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(
         "mlm_frequency_baseline", REPO_DIR / "benchmarks/mlm_frequency_baseline.py")
     baseline = importlib.util.module_from_spec(spec)
@@ -38,8 +39,6 @@ def test_frequency_baseline_counts_masked_labels_per_stream(capsys):
     share = float(mlm_line.rsplit("share ", 1)[1])
     assert 0.0 < share < 0.5
     # Counts are taken over masked positions with weight 1 only, split by stream.
-    from official.core import exp_factory
-
     params = config_files.load_experiment_config(recipe, overrides.format(1.0),
                                         base=exp_factory.get_exp_config("cmlm_tf/mlm_tlm"))
     counts = baseline.frequency_baseline(params, 2)

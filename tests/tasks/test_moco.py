@@ -7,7 +7,9 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from cmlm_tf.driver import train_lib
 from cmlm_tf.modeling import sentence_encoder
+from cmlm_tf.tasks import moco
 from tests.conftest import (
     REPO_DIR,
     moco_batch,
@@ -91,8 +93,6 @@ def test_initialize_copies_keys_after_the_warm_start(tmp_path):
 
 
 def test_config_errors_name_the_field_and_recipes_load():
-    from cmlm_tf.driver import train_lib
-
     with pytest.raises(ValueError, match=r"task.moco.queue_size \(3\) must be at least "
                                          r"task.train_data.global_batch_size \(4\)"):
         tiny_moco_task(queue_size=3).build_model()
@@ -126,8 +126,6 @@ def test_config_errors_name_the_field_and_recipes_load():
      r"task.nli_weight must be positive when task.nli_data.input_path is set"),
 ])
 def test_every_config_check_names_its_field(change, message):
-    from cmlm_tf.tasks import moco
-
     config = moco.MomentumContrastTaskConfig()
     config.train_data.global_batch_size = 4
     config.moco.queue_size = 8

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cmlm_tf.driver import train_lib
 from cmlm_tf.modeling import pair_classifier
 from tests.conftest import (
     REPO_DIR,
@@ -61,8 +62,6 @@ def test_multitask_loss_is_moco_plus_alpha_nli(tmp_path):
 
 
 def test_recipes_load_and_config_errors_name_the_field():
-    from cmlm_tf.driver import train_lib
-
     moco = train_lib.build_params("cmlm_tf/moco", [str(REPO_DIR / "configs/moco_bert_base.yaml"),
                                                str(REPO_DIR / "configs/moco_nli.yaml")])
     assert (moco.task.nli_weight, moco.task.nli_data.global_batch_size) == (0.1, 128)

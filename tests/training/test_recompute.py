@@ -6,7 +6,9 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from cmlm_tf.modeling import layers, sentence_encoder
 from cmlm_tf.training import recompute
+from tests.conftest import tiny_encoder_config
 
 
 def _attention_layer(rate):
@@ -16,7 +18,7 @@ def _attention_layer(rate):
     return layer
 
 
-def _plain_core(layer, query, key, value, mask, seed, rate):
+def _plain_core(layer, query, key, value, *, mask, seed, rate):
     """The attention core written out, differentiated by the tape as it stands."""
     scores = tf.einsum(layer._dot_product_equation, key, query * (1.0 / np.sqrt(4.0)))
     probabilities = layer._masked_softmax(scores, mask)
@@ -47,9 +49,11 @@ def test_lean_attention_recomputes_the_plain_gradient_with_its_dropout(jit_compi
 
     @tf.function(jit_compile=jit_compile)
     def both(seed):
-        lean = gradients(lambda q, k, v, s: recompute.lean_attention(layer, q, k, v, mask, s),
+        lean = gradients(lambda q, k, v, s: recompute.lean_attention(layer, q, k, v,
+                                                                     attention_mask=mask, seed=s),
                          seed)
-        plain = gradients(lambda q, k, v, s: _plain_core(layer, q, k, v, mask, s, rate), seed)
+        plain = gradients(lambda q, k, v, s: _plain_core(layer, q, k, v, mask=mask, seed=s,
+                                                         rate=rate), seed)
         return lean, plain
 
     lean, plain = both(tf.constant([3, 4], tf.int64))
@@ -61,8 +65,6 @@ def test_lean_attention_recomputes_the_plain_gradient_with_its_dropout(jit_compi
 
 def test_lean_activation_keeps_gelu_and_its_gradient():
     """Compiled (where it recomputes) and plain (where it is GELU itself)."""
-    from cmlm_tf.modeling import layers
-
     inputs = tf.constant(np.linspace(-4, 4, 33), tf.float32)
     lean = recompute.lean_activation(layers.gelu_exact)
 
@@ -85,9 +87,6 @@ def test_lean_activation_keeps_gelu_and_its_gradient():
 def test_make_lean_is_training_only_and_idempotent(tiny_vocab):
     """Every attention layer and transformer block of an encoder is changed once; inference
     gives the same vectors as before."""
-    from cmlm_tf.modeling import sentence_encoder
-    from tests.conftest import tiny_encoder_config
-
     encoder = sentence_encoder.build_sentence_encoder(
         tiny_encoder_config(64, num_layers=2))
     ids = tf.constant([[2, 7, 9, 3, 0], [2, 8, 3, 0, 0]])

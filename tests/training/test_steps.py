@@ -1,8 +1,11 @@
 """The train and validation steps (`cmlm_tf.training.steps`): embedding gradients made
 dense, and which steps the driver compiles with XLA."""
 
+import inspect
+
 import numpy as np
 import tensorflow as tf
+from official.core import base_trainer, config_definitions
 
 from cmlm_tf.training import steps
 
@@ -20,10 +23,6 @@ def test_train_step_is_compiled_once_on_gpus():
     """With `runtime.enable_xla` and GPUs, Model Garden's trainer wraps the train step in
     `jit_compile` itself: the driver then compiles only the validation step, so the train
     step is not wrapped twice. Without GPUs the driver compiles both."""
-    import inspect
-
-    from official.core import base_trainer, config_definitions
-
     source = inspect.getsource(base_trainer.Trainer.train_step)
     assert "enable_xla" in source and "num_gpus > 0" in source and "jit_compile=True" in source
 

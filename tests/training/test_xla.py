@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from official.core import task_factory
 
+from cmlm_tf import configs
+from cmlm_tf.data import bitext
+from cmlm_tf.driver import train_lib
+from cmlm_tf.tasks import base, cmlm, experiment_registry
+from cmlm_tf.text import tokenization
 from cmlm_tf.training import op_census, recompute, steps
 from tests.conftest import (
     REPO_DIR,
@@ -31,48 +37,26 @@ SHRINK = ("task.model.encoder.hidden_size=16,task.model.encoder.num_layers=1,"
           "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=8,"
           "task.train_data.seq_length=12,task.validation_data.seq_length=12,"
           "task.train_data.shuffle_buffer_size=16")
-BITEXT = "task.train_data.input_path={pairs},task.validation_data.input_path={pairs}"
 MASKING = ("task.train_data.max_predictions_per_seq=3,"
            "task.validation_data.max_predictions_per_seq=3")
+READS = "task.train_data.input_path={{{0}}},task.validation_data.input_path={{{0}}}"
 
-# Case id -> (experiment, recipe files under configs/, overrides after SHRINK).
-CASES = {
-    "cmlm": ("cmlm_tf/cmlm", ["cmlm_tiny.yaml"],
-             MASKING + ",task.model.cmlm.num_projections=2"),
-    "bitext": ("cmlm_tf/bitext", ["bitext_tiny.yaml"], BITEXT),
-    "bitext_cached": ("cmlm_tf/bitext", ["bitext_tiny.yaml"],
-                      BITEXT + ",task.margin_softmax.mini_batch_size=4"),
-    "bitext_cached_hard_negatives": (
-        "cmlm_tf/bitext", ["bitext_tiny.yaml"],
-        BITEXT.replace("{pairs}", "{negatives}")
-        + ",task.margin_softmax.mini_batch_size=4,task.train_data.num_hard_negatives=1,"
-        "task.validation_data.num_hard_negatives=1"),
-    "cmlm_bitext_cached": (
-        "cmlm_tf/cmlm_bitext", ["cmlm_tiny.yaml", "cmlm_br_joint_tiny.yaml"],
-        MASKING + ",task.model.cmlm.num_projections=2,task.margin_softmax.mini_batch_size=4,"
-        "task.bitext_data.input_path={pairs},task.bitext_data.global_batch_size=8,"
-        "task.bitext_data.seq_length=12,task.bitext_data.shuffle_buffer_size=16"),
-    "moco": ("cmlm_tf/moco", ["moco_tiny.yaml"], BITEXT + ",task.moco.queue_size=16"),
-    "mlm_tlm": ("cmlm_tf/mlm_tlm", ["mlm_tlm_tiny.yaml"],
-                MASKING + ",task.validation_data.bitext_input_path={pairs},"
-                "task.bitext_data.input_path={pairs},task.bitext_data.shuffle_buffer_size=16"),
-    "nli": ("cmlm_tf/nli", [],
-            "task.train_data.input_path={nli},task.validation_data.input_path={nli},"
-            "task.model.encoder.vocab_size=3627,task.model.tokenizer.vocab_file={vocab}"),
-    "bgt": ("cmlm_tf/bgt", ["bgt_tiny.yaml"],
-            BITEXT + ",task.model.encoder.projection_size=16,"
-            "task.model.tokenizer.sp_model_file={sp_model},"
-            "task.model.encoder.vocab_size={sp_vocab_size}"),
-}
+# Case id -> (objective, case): every objective's XLA cases, from the registration table.
+CASES = {case.name: (objective, case) for objective in experiment_registry.OBJECTIVES
+         for case in objective.xla_cases}
+
+
+def case_overrides(case: experiment_registry.XlaCase) -> str:
+    """The case's overrides after `SHRINK`: the files both splits read, masking, its own."""
+    parts = [READS.format(case.reads) if case.reads else "",
+             MASKING if case.masked_lm else "", case.overrides]
+    return ",".join(part for part in parts if part)
 
 
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory, tiny_sp_model):
     """Format values for `CASES`: bitext with one hard negative per pair, NLI triples, and
     the SentencePiece model BGT needs."""
-    from cmlm_tf import configs
-    from cmlm_tf.text import tokenization
-
     folder = tmp_path_factory.mktemp("xla_data")
     words = TINY_WORDS[:20]
     pairs, negatives = folder / "pairs.tsv", folder / "negatives.tsv"
@@ -92,23 +76,15 @@ def data_files(tmp_path_factory, tiny_sp_model):
             "sp_vocab_size": vocab_size, "vocab": CORPUS / "vocab.txt"}
 
 
-# Case id -> overrides added in mixed bfloat16 only. BGT's float32 case compiles all seven
-# of its transformers; in bfloat16 the translation decoders stand for the reconstruction
-# ones and their language posteriors (the same layer classes), which halves the compile.
-BFLOAT16_OVERRIDES = {"bgt": ",task.bgt.reconstruction=false"}
-
-
 def case_params(case, files, extra=""):
-    from cmlm_tf.driver import train_lib
-
-    experiment, recipes, overrides = CASES[case]
-    return train_lib.build_params(experiment, [str(REPO_DIR / "configs" / f) for f in recipes],
-                                  SHRINK + "," + overrides.format(**files) + extra)
+    objective, xla_case = CASES[case]
+    recipes = xla_case.base_recipes + ((objective.tiny_recipe,) if objective.tiny_recipe else ())
+    return train_lib.build_params(objective.experiment,
+                                  [str(REPO_DIR / "configs" / f) for f in recipes],
+                                  SHRINK + "," + case_overrides(xla_case).format(**files) + extra)
 
 
 def build_task(case, files, extra=""):
-    from official.core import task_factory
-
     params = case_params(case, files, extra)
     return params, task_factory.get_task(params.task)
 
@@ -124,8 +100,6 @@ def _first_batch(task, data_config):
 
 
 def base_field(data_config):
-    from cmlm_tf.tasks import base
-
     return base.data_field(data_config)
 
 
@@ -160,7 +134,8 @@ def test_train_and_validation_steps_compile_with_xla(case, policy, case_batches)
     """Static input shapes, one compiled train step and one compiled validation step; in
     float32 the compiled validation step gives the plain step's loss. SGD keeps the traced
     graph small (the recipes' optimizers compile in `test_driver_runs_with_xla`)."""
-    extra = BFLOAT16_OVERRIDES.get(case, "") if policy == "mixed_bfloat16" else ""
+    bfloat16 = CASES[case][1].bfloat16_overrides
+    extra = "," + bfloat16 if policy == "mixed_bfloat16" and bfloat16 else ""
     task, train_batch, eval_batch = case_batches(case, extra)
     tf_keras.utils.set_random_seed(1)
     model = task.build_model()
@@ -218,7 +193,6 @@ def test_padded_evaluation_counts_every_example_once(tmp_path, tiny_vocab):
     config.validation_data.override(dict(
         input_path=str(corpus), global_batch_size=4, seq_length=8, max_predictions_per_seq=2,
         mask_ratio=1.0, seed=3))
-    from cmlm_tf.tasks import cmlm
 
     task = cmlm.CMLMTask(config)
     dataset = task.build_inputs(config.validation_data)
@@ -246,9 +220,6 @@ def test_padded_evaluation_counts_every_example_once(tmp_path, tiny_vocab):
 
 
 def test_padding_needs_row_weights(tmp_path, tiny_vocab):
-    from cmlm_tf import configs
-    from cmlm_tf.data import bitext
-
     pairs = tmp_path / "p.tsv"
     pairs.write_text("the dog\tthe cat\na man\ta woman\n", encoding="utf-8")
     data = bitext.BitextDataConfig(input_path=str(pairs), global_batch_size=4, seq_length=8,
@@ -327,7 +298,7 @@ def test_lean_step_gives_the_plain_update(case_batches):
     1e-5."""
     task, train_batch, _ = case_batches("bitext")
 
-    def one_step(now: bool):
+    def one_step(*, now: bool):
         tf_keras.utils.set_random_seed(1)
         model = task.build_model()
         for layer in model.submodules:

@@ -3,6 +3,7 @@ pieces, and the one-line errors of a bad size or no text. (The tokenizer layer r
 a model: `tests/commands/test_build_vocab.py`.)"""
 
 import pytest
+import sentencepiece as spm
 
 from cmlm_tf.vocab import sentencepiece
 from cmlm_tf.vocab.counts import VocabError
@@ -10,8 +11,6 @@ from cmlm_tf.vocab.counts import VocabError
 
 def test_a_model_of_at_most_vocab_size_pieces_with_the_reserved_ones_first(vocab_corpus,
                                                                           tmp_path):
-    import sentencepiece as spm
-
     log = []
     model_file = str(tmp_path / "sp.model")
     pieces = sentencepiece.build_sentencepiece(vocab_corpus, 60, model_file, log=log.append)

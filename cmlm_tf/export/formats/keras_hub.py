@@ -3,7 +3,7 @@ that `keras_hub.models.Backbone.from_preset(path)` loads under Keras 3
 (`cmlm_tf.export.keras_hub_preset`; the `keras_hub` extra). It is converted from the
 sentence-transformers folder, which it turns on."""
 
-from cmlm_tf.export import staging
+from cmlm_tf.export import keras_hub_preset, staging
 from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
 
@@ -11,20 +11,14 @@ FOLDER = "keras_hub"
 
 
 def require() -> None:
-    from cmlm_tf.export import keras_hub_preset
-
     keras_hub_preset.require_keras_hub()
 
 
 def check(model, flag: str) -> None:
-    from cmlm_tf.export import keras_hub_preset
-
     keras_hub_preset.check_representable(model, flag)
 
 
 def write(context: WriteContext) -> None:
-    from cmlm_tf.export import keras_hub_preset
-
     context.stage("writing the KerasHub preset")
     with staging.writing(context.export_dir, FOLDER):
         context.meta["keras_hub"] = keras_hub_preset.write_preset(
@@ -43,7 +37,6 @@ def card_section(meta: dict) -> str:
     entry = meta.get("keras_hub")
     if not entry:
         return ""
-    from cmlm_tf.export import keras_hub_preset
 
     return "\n".join(keras_hub_preset.card_lines(entry)) + "\n"
 

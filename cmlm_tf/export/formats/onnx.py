@@ -5,22 +5,19 @@ extra). It writes into the folder of `sentence_transformers.py`, which it turns 
 
 import os
 
-from cmlm_tf.export import staging
+from safetensors.numpy import load_file
+
+from cmlm_tf.export import onnx_model, staging
 from cmlm_tf.export.export_metadata import SENTENCE_TRANSFORMERS_FOLDER as FOLDER
 from cmlm_tf.export.formats import sentence_transformers
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
 
 
 def require() -> None:
-    from cmlm_tf.export import onnx_model
-
     onnx_model.require_onnx()
 
 
 def write(context: WriteContext) -> None:
-    from safetensors.numpy import load_file
-
-    from cmlm_tf.export import onnx_model
     from cmlm_tf.export import sentence_transformers_folder as st_folder
 
     context.stage("writing the ONNX models")
@@ -31,7 +28,8 @@ def write(context: WriteContext) -> None:
         context.meta["sentence_transformers"]["onnx"] = onnx_model.write_onnx(
             os.path.join(folder, onnx_model.FOLDER), tensors, context.model.encoder)
         st_folder.write_readme(folder, context.model, context.seq_length,
-                               context.encoder.output_dim, context.card_description, onnx=True)
+                               context.encoder.output_dim, card_lines=context.card_description,
+                               onnx=True)
 
 
 def card_rows(meta: dict) -> str:

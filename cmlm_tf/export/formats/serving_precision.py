@@ -7,6 +7,7 @@ from cmlm_tf.export import staging
 from cmlm_tf.export.export_metadata import SERVING_FOLDERS
 from cmlm_tf.export.formats import tf_hub
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
+from cmlm_tf.export.forward_checks import check_precision
 
 
 def folder(precision: str) -> str:
@@ -19,7 +20,6 @@ def _writer(precision: str):
         import tensorflow as tf
 
         from cmlm_tf.export import serving, serving_forward
-        from cmlm_tf.export.forward_checks import check_precision
 
         reference = context.module
         forward = serving_forward.InferenceForward(context.encoder, precisions=(precision,))

@@ -6,6 +6,7 @@ import os
 
 from cmlm_tf.export import staging
 from cmlm_tf.export.formats.base import ExportFormat, WriteContext
+from cmlm_tf.export.forward_checks import check_forward
 
 SAVED_MODELS = ("preprocessor", "encoder", "serving/1")
 
@@ -67,7 +68,6 @@ def write(context: WriteContext) -> None:
     import tensorflow as tf
 
     from cmlm_tf.export import serving, serving_forward
-    from cmlm_tf.export.forward_checks import check_forward
 
     _save_hub_models(context)
     module = serving.ServingModule(serving_forward.InferenceForward(context.encoder),
