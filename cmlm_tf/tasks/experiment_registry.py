@@ -97,6 +97,9 @@ OBJECTIVES = (
                        "task.model.tokenizer.sp_model_file={sp_model},"
                        "task.model.encoder.vocab_size={sp_vocab_size}",
                        bfloat16_overrides="task.bgt.reconstruction=false"),)),
+    Objective("cmlm_tf/simcse", "unsupervised SimCSE: two dropout views of each sentence",
+              "cmlm_tf.tasks.simcse", "simcse_tiny.yaml",
+              (XlaCase("simcse_cached", overrides=_CACHED),)),
 )
 
 EXPERIMENTS = {objective.experiment: objective.description for objective in OBJECTIVES}
