@@ -152,3 +152,26 @@ def nested_imports(tree):
 
     visit(tree, None)
     return found
+
+
+# The longest a module and a function of the repository's Python may be, in lines (docstrings
+# and decorators included).
+MODULE_LINES, FUNCTION_LINES = 400, 80
+
+
+def too_long(root=REPO_DIR) -> list:
+    """The modules over `MODULE_LINES` and the functions over `FUNCTION_LINES` of the
+    Python files in `root`'s `SOURCE_FOLDERS`."""
+    found = []
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            relative, text = path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
+            if len(text.splitlines()) > MODULE_LINES:
+                found.append(f"{relative}: {len(text.splitlines())} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    start = min([node.lineno] + [item.lineno for item in node.decorator_list])
+                    if node.end_lineno - start + 1 > FUNCTION_LINES:
+                        found.append(f"{relative}: {node.name}(), "
+                                     f"{node.end_lineno - start + 1} lines")
+    return found

@@ -1,7 +1,7 @@
 """The package's shape, read from its source (docs/architecture.md): no import cycles, the
 losses and models below the training mechanics, no class defined inside a function, no
-module state written at run time. The tests' mirror of the package and the length limits are
-in test_repository_layout.py."""
+module state written at run time, no module over 400 lines nor function over 80 in any of
+the repository's Python. The tests' mirror of the package is in test_repository_layout.py."""
 
 import ast
 import fnmatch
@@ -381,3 +381,9 @@ def test_the_nested_import_rule_sees_methods_class_bodies_and_the_shims():
     assert not _is_command_entry_point("cmlm_tf/data/train.py", shim)
     assert not _is_command_entry_point("cmlm_tf/configs.py", ast.parse("import os\n"))
     assert _is_command_entry_point("cmlm_tf/commands/mine.py", tree)
+
+
+def test_no_module_or_function_is_too_long():
+    found = source_tree.too_long()
+    assert not found, (f"over {source_tree.MODULE_LINES} lines a module or "
+                       f"{source_tree.FUNCTION_LINES} a function: {found}")

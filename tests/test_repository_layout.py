@@ -1,6 +1,6 @@
 """The repository's layout, read from its source: a test file for each module of the package,
-test folders that mirror its subpackages, no module over 400 lines nor function over 80 in
-any of its Python, and no test that keeps Python code in a string."""
+test folders that mirror its subpackages, the length rule's reach (the rule itself is in
+test_architecture.py), and no test that keeps Python code in a string."""
 
 import ast
 import pathlib
@@ -28,11 +28,6 @@ TESTED_ELSEWHERE = {
     "commands/similarity.py": "tests/driver/test_cli.py",
     "modeling/sentence_encoder.py": "tests/export/test_serving.py",
 }
-
-# The longest a module and a function of the repository's Python (`source_tree.SOURCE_FOLDERS`:
-# the package, the scripts, the tests and export/) may be, in lines (docstrings and decorators
-# included).
-MODULE_LINES, FUNCTION_LINES = 400, 80
 
 
 def _test_file_of(relative: pathlib.PurePath) -> pathlib.Path:
@@ -74,44 +69,20 @@ def test_each_test_folder_mirrors_a_subpackage():
     assert not extra, f"tests/ folders with no cmlm_tf/ subpackage of their name: {extra}"
 
 
-def too_long(root=REPO_DIR) -> list:
-    """The modules over `MODULE_LINES` and the functions over `FUNCTION_LINES` of the
-    Python files in `root`'s `source_tree.SOURCE_FOLDERS`."""
-    found = []
-    for folder in source_tree.SOURCE_FOLDERS:
-        for path in sorted((root / folder).rglob("*.py")):
-            relative, text = path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
-            if len(text.splitlines()) > MODULE_LINES:
-                found.append(f"{relative}: {len(text.splitlines())} lines")
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    start = min([node.lineno] + [item.lineno for item in node.decorator_list])
-                    if node.end_lineno - start + 1 > FUNCTION_LINES:
-                        found.append(f"{relative}: {node.name}(), "
-                                     f"{node.end_lineno - start + 1} lines")
-    return found
-
-
-def test_no_module_or_function_is_too_long():
-    found = too_long()
-    assert not found, (f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a "
-                       f"function: {found}")
-
-
 def test_the_length_rule_reads_the_tests_and_export(tmp_path):
     """A test module, a fixture and a function of export/ are held to the package's limits."""
-    body = "".join(f"    value_{i} = {i}\n" for i in range(FUNCTION_LINES - 1))
-    files = {"tests/test_long.py": "x = 1\n" * (MODULE_LINES + 1),
+    body = "".join(f"    value_{i} = {i}\n" for i in range(source_tree.FUNCTION_LINES - 1))
+    files = {"tests/test_long.py": "x = 1\n" * (source_tree.MODULE_LINES + 1),
              "tests/fixtures/models.py": f"@pytest.fixture\ndef tiny():\n{body}",
              "export/export_tfhub.py": f"def main():\n{body}    return 0\n",
              "cmlm_tf/short.py": f"def short():\n{body}"}
     for relative, text in files.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(text, encoding="utf-8")
-    assert sorted(too_long(tmp_path)) == [
-        f"export/export_tfhub.py: main(), {FUNCTION_LINES + 1} lines",
-        f"tests/fixtures/models.py: tiny(), {FUNCTION_LINES + 1} lines",
-        f"tests/test_long.py: {MODULE_LINES + 1} lines"]
+    assert sorted(source_tree.too_long(tmp_path)) == [
+        f"export/export_tfhub.py: main(), {source_tree.FUNCTION_LINES + 1} lines",
+        f"tests/fixtures/models.py: tiny(), {source_tree.FUNCTION_LINES + 1} lines",
+        f"tests/test_long.py: {source_tree.MODULE_LINES + 1} lines"]
 
 
 # The files of the repository's rules, which try them on sources kept in strings.
