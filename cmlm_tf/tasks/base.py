@@ -43,6 +43,15 @@ def data_field(data_config) -> str:
     return "task.train_data" if data_config.is_training else "task.validation_data"
 
 
+def margin_ranked_pairs(task_config, pairs: Dict, embed: Callable) -> steps.RankedPart:
+    """`pairs` (`source` and `target` inputs) as the rows the margin softmax ranks each
+    against every other: embedded by `embed`, in chunks of `task.margin_softmax.mini_batch_size`
+    with cached gradients when it is set."""
+    return steps.RankedPart(pairs, embed, batch_size=pairs["source"]["input_word_ids"].shape[0],
+                            chunk_size=task_config.margin_softmax.mini_batch_size,
+                            field="task.margin_softmax.mini_batch_size")
+
+
 def with_run_sentencepiece(task_config, model_dir: Optional[str]):
     """`task_config` using the SentencePiece model its run learned, when it names none.
 

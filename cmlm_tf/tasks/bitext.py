@@ -65,8 +65,5 @@ class BitextTask(base.SentenceTask):
     def ranked_part(self, inputs, model: tf_keras.Model) -> steps.RankedPart:
         """Every pair, embedded in chunks of `task.margin_softmax.mini_batch_size` with
         cached gradients when it is set."""
-        return steps.RankedPart(
-            inputs, lambda part: model(part, training=True),
-            batch_size=inputs["source"]["input_word_ids"].shape[0],
-            chunk_size=self.task_config.margin_softmax.mini_batch_size,
-            field="task.margin_softmax.mini_batch_size")
+        return base.margin_ranked_pairs(self.task_config, inputs,
+                                        lambda part: model(part, training=True))

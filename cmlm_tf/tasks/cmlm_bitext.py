@@ -95,12 +95,9 @@ class CMLMBitextTask(base.SentenceTask):
         `task.margin_softmax.mini_batch_size` (the CMLM part with an ordinary tape)."""
         if "bitext" not in inputs:
             return None
-        pairs = inputs["bitext"]
-        return steps.RankedPart(
-            pairs, lambda part: dual_encoder.encode_pairs(model.encoder, part, training=True),
-            batch_size=pairs["source"]["input_word_ids"].shape[0],
-            chunk_size=self.task_config.margin_softmax.mini_batch_size,
-            field="task.margin_softmax.mini_batch_size")
+        return base.margin_ranked_pairs(
+            self.task_config, inputs["bitext"],
+            lambda part: dual_encoder.encode_pairs(model.encoder, part, training=True))
 
     def forward_pass(self, inputs, model: CMLMBitextModel, optimizer, ranked):
         if ranked is None:

@@ -95,8 +95,5 @@ class SimCSETask(base.SentenceTask):
         """Both views of every sentence, embedded in chunks of
         `task.margin_softmax.mini_batch_size` with cached gradients when it is set (each
         chunk's dropout masks replayed in the second pass)."""
-        return steps.RankedPart(
-            inputs, lambda part: model(part, training=True),
-            batch_size=inputs["source"]["input_word_ids"].shape[0],
-            chunk_size=self.task_config.margin_softmax.mini_batch_size,
-            field="task.margin_softmax.mini_batch_size")
+        return base.margin_ranked_pairs(self.task_config, inputs,
+                                        lambda part: model(part, training=True))

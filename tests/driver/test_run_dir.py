@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import types
 
 import pytest
@@ -222,15 +221,17 @@ def test_load_of_a_truncated_savedmodel_is_one_error(tmp_path, tiny_export):
 
 
 def _race_for_the_lock(model_dir, barrier, results):
-    """One contender of `test_two_processes_never_both_take_over_a_stale_lock`."""
+    """One contender of `test_two_processes_never_both_take_over_a_stale_lock`: a winner
+    holds the lock until both have tried (the barrier again), however slow the machine."""
     barrier.wait()
     try:
         lock = run_dir.RunLock(model_dir).acquire()
     except run_dir.RunDirLocked:
         results.put("refused")
+        barrier.wait()
         return
     results.put("held")
-    time.sleep(0.2)  # hold it while the other one tries
+    barrier.wait()
     lock.release()
 
 
@@ -251,7 +252,7 @@ def test_two_processes_never_both_take_over_a_stale_lock(tmp_path):
         for process in contenders:
             process.start()
         for process in contenders:
-            process.join(600)  # a safety net: each holds the lock for 0.2 s
+            process.join(3600)  # a safety net
         outcomes = sorted(results.get(timeout=3600) for _ in contenders)
         assert "held" in outcomes  # the stale lock is always taken over
         both += outcomes == ["held", "held"]

@@ -124,7 +124,7 @@ def test_an_existing_export_dir_is_refused_before_tensorflow_starts(tmp_path):
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "cmlm_tf.export", "--model_dir", str(run),
          "--export_dir", str(out)], env=subprocess_env(), capture_output=True, text=True,
-        timeout=300)
+        timeout=3600)  # a safety net
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert lines == [f"error: {out}: already exists; pass --overwrite to replace it, or "
